@@ -1,0 +1,48 @@
+//! Errors of the log crate. Per-request errors (a bad batch, an offset out of range) are kept
+//! apart from storage errors (I/O, corruption found on disk), which take a partition offline.
+
+use std::path::PathBuf;
+
+/// A producer batch that cannot be appended. Maps to a Kafka error code in the server's single
+/// error mapping.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum BatchError {
+    #[error("corrupt record batch: {0}")]
+    Corrupt(String),
+    #[error("record batch of {size} bytes exceeds the limit of {max}")]
+    TooLarge { size: usize, max: usize },
+    #[error("invalid record batch: {0}")]
+    InvalidRecord(String),
+}
+
+/// Errors from log operations.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+    #[error("offset {offset} is out of range [{start}, {end}]")]
+    OffsetOutOfRange { offset: i64, start: i64, end: i64 },
+    #[error("producer {producer_id}: out of order sequence {got}, expected {expected}")]
+    OutOfOrderSequence { producer_id: i64, expected: i32, got: i32 },
+    #[error("producer {producer_id}: epoch {got} is older than the current epoch {current}")]
+    ProducerFenced { producer_id: i64, current: i16, got: i16 },
+    #[error("segment full: a single batch of {size} bytes does not fit in segment.bytes={max}")]
+    BatchLargerThanSegment { size: usize, max: u64 },
+    #[error("I/O error on {path}: {source}")]
+    Io { path: PathBuf, #[source] source: std::io::Error },
+    #[error("log corrupt in {path}: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+impl LogError {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> LogError {
+        let path = path.into();
+        move |source| LogError::Io { path, source }
+    }
+    /// Whether the error means the log itself is unusable (as opposed to a bad request).
+    pub fn is_storage_error(&self) -> bool {
+        matches!(self, LogError::Io { .. } | LogError::Corrupt { .. })
+    }
+}
+
+pub type Result<T, E = LogError> = std::result::Result<T, E>;

@@ -1,0 +1,674 @@
+//! One partition's log: a run of sealed segments and one active segment, the log start offset,
+//! the high watermark, the recovery point and the idempotent producer state.
+//!
+//! Durability of [`Log::append`]: the batch is in the page cache (readable by fetches up to the
+//! high watermark) on return; it is on disk once the log is flushed, which happens inside
+//! `append` when `flush.messages` is reached, on `flush.ms` through [`Log::flush`], and for
+//! sealed segments through [`Log::pending_flush`]. A process crash loses nothing that was
+//! written (the page cache survives it); a power cut loses what was not flushed. Recovery
+//! rescans everything after the recovery point (the last flushed offset).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::records::RecordBatchDecoder;
+
+use crate::batch::{self, BatchHeader, BatchIter, HEADER_LEN, ValidBatch};
+use crate::checkpoint::write_atomic;
+use crate::config::{LogConfig, TargetCompression};
+use crate::error::{LogError, Result};
+use crate::producer_state::{ProducerState, SeqCheck};
+use crate::recompress::recompress;
+use crate::segment::{self, ActiveSegment, SealedSegment, SegmentSettings, read_at, scan_log};
+
+/// How a log is opened.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenOptions {
+    /// The broker shut down cleanly: trust indexes and the producer snapshot at the log end.
+    pub clean_shutdown: bool,
+    /// Checkpointed recovery point: everything below it was flushed.
+    pub recovery_point: i64,
+    /// Checkpointed log start offset (after DeleteRecords or retention), if any.
+    pub log_start_offset: Option<i64>,
+    pub now_ms: i64,
+}
+
+/// What happened while opening a log.
+#[derive(Debug, Default, Clone)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    pub segments_recovered: usize,
+    /// Bytes cut from torn or corrupt tails, with the reason.
+    pub truncated: Vec<(PathBuf, String)>,
+    pub producers_loaded: usize,
+}
+
+/// The outcome of an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendResult {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// The broker's time if the topic uses LogAppendTime, else -1.
+    pub log_append_time: i64,
+    pub log_start_offset: i64,
+    /// A retry of batches already in the log: nothing was written.
+    pub duplicate: bool,
+    pub records: i64,
+    pub bytes: usize,
+}
+
+/// A read decided under the log's lock and executed outside it.
+#[derive(Debug, Clone)]
+pub struct ReadPlan {
+    file: Arc<File>,
+    path: PathBuf,
+    pos: u64,
+    end: u64,
+    max_bytes: usize,
+    max_offset: i64,
+    min_one: bool,
+}
+
+impl ReadPlan {
+    /// Reads whole batches starting at the planned position: at most `max_bytes`, never a batch
+    /// at or past `max_offset` (the high watermark), and, with `min_one`, the first batch even
+    /// if it alone is larger than `max_bytes` so that consumers always make progress.
+    pub fn execute(&self) -> Result<Bytes> {
+        let avail = self.end.saturating_sub(self.pos);
+        let want = (self.max_bytes as u64).max(HEADER_LEN as u64).min(avail) as usize;
+        if want == 0 {
+            return Ok(Bytes::new());
+        }
+        let mut buf = read_at(&self.file, &self.path, self.pos, want)?;
+        let mut end = 0;
+        for (at, h) in BatchIter::new(&buf) {
+            if h.base_offset >= self.max_offset || at + h.total_size() > self.max_bytes {
+                break;
+            }
+            end = at + h.total_size();
+        }
+        if end == 0 && self.min_one {
+            if let Some(h) = BatchHeader::parse(&buf) {
+                if h.base_offset < self.max_offset && h.total_size() >= HEADER_LEN && h.total_size() as u64 <= avail {
+                    if h.total_size() > buf.len() {
+                        buf = read_at(&self.file, &self.path, self.pos, h.total_size())?;
+                    }
+                    end = h.total_size();
+                }
+            }
+        }
+        buf.truncate(end);
+        Ok(Bytes::from(buf))
+    }
+}
+
+/// Result of planning a read.
+#[derive(Debug)]
+pub enum ReadStart {
+    /// Nothing to read at this offset yet (offset == high watermark).
+    Empty,
+    Plan(ReadPlan),
+}
+
+pub struct Log {
+    dir: PathBuf,
+    config: LogConfig,
+    sealed: BTreeMap<i64, SealedSegment>,
+    active: ActiveSegment,
+    log_start_offset: i64,
+    high_watermark: i64,
+    recovery_point: i64,
+    producers: ProducerState,
+    unflushed_messages: i64,
+    last_flush_ms: i64,
+}
+
+fn settings(c: &LogConfig) -> SegmentSettings {
+    SegmentSettings { index_interval_bytes: c.index_interval_bytes, max_index_bytes: c.segment_index_bytes }
+}
+
+fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
+    dir.join(segment::file_name(offset, "snapshot"))
+}
+
+/// Base offsets of files with extension `ext` in `dir`, sorted.
+fn list_offsets(dir: &Path, ext: &str) -> Result<Vec<i64>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(LogError::io(dir))? {
+        let entry = entry.map_err(LogError::io(dir))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if let Some(stem) = name.strip_suffix(&format!(".{ext}")) {
+            if stem.len() == 20 {
+                if let Ok(o) = stem.parse::<i64>() {
+                    out.push(o);
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir`, recovering it if needed.
+    pub fn open(dir: &Path, config: LogConfig, opts: OpenOptions) -> Result<(Self, RecoveryReport)> {
+        std::fs::create_dir_all(dir).map_err(LogError::io(dir))?;
+        let mut report = RecoveryReport::default();
+        // Leftovers of interrupted operations.
+        for entry in std::fs::read_dir(dir).map_err(LogError::io(dir))?.flatten() {
+            let p = entry.path();
+            let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
+            if matches!(ext, "tmp" | "deleted" | "cleaned" | "swap") {
+                let _ = std::fs::remove_file(&p);
+            }
+        }
+        let bases = list_offsets(dir, "log")?;
+        // Orphan index files (their log is gone) are removed.
+        for ext in ["index", "timeindex"] {
+            for o in list_offsets(dir, ext)? {
+                if bases.binary_search(&o).is_err() {
+                    let _ = std::fs::remove_file(dir.join(segment::file_name(o, ext)));
+                }
+            }
+        }
+        let s = settings(&config);
+        let mut sealed = BTreeMap::new();
+        let mut active = None;
+        let mut cut_after: Option<i64> = None;
+        for (i, &base) in bases.iter().enumerate() {
+            if cut_after.is_some() {
+                // Everything after a corrupt segment is dropped, as Kafka does.
+                for ext in ["log", "index", "timeindex"] {
+                    let _ = std::fs::remove_file(dir.join(segment::file_name(base, ext)));
+                }
+                continue;
+            }
+            let next = bases.get(i + 1).copied();
+            // A segment is trusted if the shutdown was clean and it ends at or below the
+            // recovery point (every later segment starts there).
+            let trusted = opts.clean_shutdown && next.is_some_and(|n| n <= opts.recovery_point);
+            match next {
+                Some(n) => {
+                    let (seg, truncated) = SealedSegment::open(dir, base, n, trusted, s)?;
+                    if !trusted {
+                        report.segments_recovered += 1;
+                    }
+                    if let Some(why) = truncated {
+                        report.truncated.push((seg.core.log_path.clone(), why));
+                        cut_after = Some(seg.core.next_offset);
+                    }
+                    sealed.insert(base, seg);
+                }
+                None => {
+                    let trusted = opts.clean_shutdown && base <= opts.recovery_point;
+                    let (seg, truncated) = ActiveSegment::open(dir, base, s, trusted, opts.now_ms)?;
+                    if !trusted {
+                        report.segments_recovered += 1;
+                    }
+                    if let Some(why) = truncated {
+                        report.truncated.push((seg.core.log_path.clone(), why));
+                    }
+                    active = Some(seg);
+                }
+            }
+        }
+        report.segments = bases.len();
+        // If the log was cut inside a sealed segment, that segment becomes the active one.
+        let active = match active {
+            Some(a) => a,
+            None => {
+                let start = match sealed.last_key_value() {
+                    Some((_, last)) => last.core.next_offset,
+                    None => opts.log_start_offset.unwrap_or(0),
+                };
+                let a = ActiveSegment::create(dir, start, s, opts.now_ms)?;
+                if let Some(last) = sealed.last_key_value().map(|(k, _)| *k) {
+                    if sealed.get(&last).is_some_and(|seg| seg.core.size == 0) {
+                        if let Some(seg) = sealed.remove(&last) {
+                            seg.delete();
+                        }
+                    }
+                }
+                a
+            }
+        };
+        let first_base = sealed.keys().next().copied().unwrap_or(active.core.base_offset);
+        let leo = active.core.next_offset;
+        let log_start_offset = opts.log_start_offset.unwrap_or(first_base).max(first_base).min(leo);
+        let mut log = Self {
+            dir: dir.into(),
+            config,
+            sealed,
+            active,
+            log_start_offset,
+            high_watermark: leo,
+            recovery_point: leo,
+            producers: ProducerState::default(),
+            unflushed_messages: 0,
+            last_flush_ms: opts.now_ms,
+        };
+        log.load_producer_state(opts.clean_shutdown)?;
+        report.producers_loaded = log.producers.len();
+        if !opts.clean_shutdown {
+            // Recovered segments were synced as they were scanned.
+            log.write_producer_snapshot(leo)?;
+        }
+        Ok((log, report))
+    }
+
+    /// Loads the newest usable snapshot at or below the log end and replays the batches after
+    /// it. Snapshots above the log end (the log was truncated) are deleted.
+    fn load_producer_state(&mut self, clean: bool) -> Result<()> {
+        let leo = self.log_end_offset();
+        let mut snaps = list_offsets(&self.dir, "snapshot")?;
+        for &o in snaps.iter().filter(|&&o| o > leo) {
+            let _ = std::fs::remove_file(snapshot_path(&self.dir, o));
+        }
+        snaps.retain(|&o| o <= leo);
+        let mut from = self.first_segment_base();
+        while let Some(o) = snaps.pop() {
+            let p = snapshot_path(&self.dir, o);
+            match std::fs::read(&p).ok().and_then(|b| ProducerState::from_snapshot(&b)) {
+                Some(state) => {
+                    self.producers = state;
+                    from = o;
+                    break;
+                }
+                None => {
+                    tracing::warn!(path = %p.display(), "producer snapshot unreadable; ignoring it");
+                    let _ = std::fs::remove_file(&p);
+                }
+            }
+        }
+        if clean && from == leo {
+            return Ok(());
+        }
+        let mut batches: Vec<BatchHeader> = Vec::new();
+        let segs: Vec<(Arc<File>, PathBuf, i64, i64, u64)> = self
+            .sealed
+            .values()
+            .map(|s| (s.core.file.clone(), s.core.log_path.clone(), s.core.base_offset, s.core.next_offset, s.lookup_position(from)))
+            .chain(std::iter::once((
+                self.active.core.file.clone(),
+                self.active.core.log_path.clone(),
+                self.active.core.base_offset,
+                self.active.core.next_offset,
+                self.active.lookup_position(from),
+            )))
+            .collect();
+        for (file, path, base, next, pos) in segs {
+            if next <= from {
+                continue;
+            }
+            let start = if base >= from { 0 } else { pos };
+            scan_log(&file, &path, start, base, |_, h| {
+                if h.last_offset() >= from && h.has_producer_id() {
+                    batches.push(*h);
+                }
+            })?;
+        }
+        for h in &batches {
+            self.producers.record(h);
+        }
+        Ok(())
+    }
+
+    fn write_producer_snapshot(&self, offset: i64) -> Result<()> {
+        write_atomic(&snapshot_path(&self.dir, offset), &self.producers.to_snapshot())?;
+        // Keep the two newest snapshots.
+        let snaps = list_offsets(&self.dir, "snapshot")?;
+        if snaps.len() > 2 {
+            for o in &snaps[..snaps.len() - 2] {
+                let _ = std::fs::remove_file(snapshot_path(&self.dir, *o));
+            }
+        }
+        Ok(())
+    }
+
+    fn first_segment_base(&self) -> i64 {
+        self.sealed.keys().next().copied().unwrap_or(self.active.core.base_offset)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+    pub fn log_end_offset(&self) -> i64 {
+        self.active.core.next_offset
+    }
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point
+    }
+    pub fn producer_state(&self) -> &ProducerState {
+        &self.producers
+    }
+    /// Total bytes in all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.sealed.values().map(|s| s.core.size).sum::<u64>() + self.active.core.size
+    }
+    pub fn segment_count(&self) -> usize {
+        self.sealed.len() + 1
+    }
+    pub fn segment_base_offsets(&self) -> Vec<i64> {
+        self.sealed.keys().copied().chain(std::iter::once(self.active.core.base_offset)).collect()
+    }
+
+    /// Moves the high watermark (the replication layer decides where; it never passes the log
+    /// end and never goes backwards here).
+    pub fn set_high_watermark(&mut self, hw: i64) {
+        self.high_watermark = hw.clamp(self.high_watermark.min(self.log_end_offset()), self.log_end_offset());
+    }
+
+    /// Appends validated producer batches from `records` (the produce request's record set),
+    /// assigning offsets from the log end and stamping `leader_epoch`.
+    pub fn append(&mut self, records: &[u8], batches: &[ValidBatch], leader_epoch: i32, now_ms: i64) -> Result<AppendResult> {
+        // Idempotence first: a retry of batches already written is answered, not appended.
+        for b in batches {
+            match self.producers.check(&b.header)? {
+                SeqCheck::Append => {}
+                SeqCheck::Duplicate(meta) => {
+                    return Ok(AppendResult {
+                        base_offset: meta.first_offset,
+                        last_offset: meta.last_offset,
+                        log_append_time: -1,
+                        log_start_offset: self.log_start_offset,
+                        duplicate: true,
+                        records: 0,
+                        bytes: 0,
+                    });
+                }
+            }
+        }
+        // Build the bytes to write: recompressed if the topic says so, offsets and epoch patched.
+        let mut buf: Vec<u8> = Vec::with_capacity(records.len());
+        let mut placed: Vec<(Range<usize>, BatchHeader)> = Vec::with_capacity(batches.len());
+        let mut next = self.log_end_offset();
+        let append_time = if self.config.log_append_time { now_ms } else { -1 };
+        for b in batches {
+            let raw = &records[b.start..b.end];
+            let start = buf.len();
+            match recompress(raw, &b.header, self.config.compression)? {
+                Some(re) => buf.extend_from_slice(&re),
+                None => buf.extend_from_slice(raw),
+            }
+            let bytes = &mut buf[start..];
+            if self.config.log_append_time {
+                batch::set_log_append_time(bytes, now_ms);
+            }
+            batch::patch_offset_and_epoch(bytes, next, leader_epoch);
+            let h = BatchHeader::parse(bytes).ok_or_else(|| LogError::Batch(crate::error::BatchError::Corrupt("short batch".into())))?;
+            if buf.len() - start > self.config.max_message_bytes {
+                return Err(crate::error::BatchError::TooLarge { size: buf.len() - start, max: self.config.max_message_bytes }.into());
+            }
+            next = h.next_offset();
+            placed.push((start..buf.len(), h));
+        }
+        let (Some(first), Some(last)) = (placed.first().map(|p| p.1), placed.last().map(|p| p.1)) else {
+            return Err(crate::error::BatchError::InvalidRecord("no batches".into()).into());
+        };
+        if self.active.needs_roll(buf.len() as u64, last.last_offset(), self.config.segment_bytes, self.config.segment_ms, now_ms) {
+            self.roll(now_ms)?;
+        }
+        self.active.append(&buf, &placed)?;
+        for (_, h) in &placed {
+            self.producers.record(h);
+        }
+        let records_n = last.next_offset() - first.base_offset;
+        self.unflushed_messages += records_n;
+        if self.unflushed_messages >= self.config.flush_messages {
+            self.flush(now_ms)?;
+        }
+        Ok(AppendResult {
+            base_offset: first.base_offset,
+            last_offset: last.last_offset(),
+            log_append_time: append_time,
+            log_start_offset: self.log_start_offset,
+            duplicate: false,
+            records: records_n,
+            bytes: buf.len(),
+        })
+    }
+
+    /// Seals the active segment and starts a new one at the log end.
+    pub fn roll(&mut self, now_ms: i64) -> Result<()> {
+        let leo = self.log_end_offset();
+        let new = ActiveSegment::create(&self.dir, leo, settings(&self.config), now_ms)?;
+        let old = std::mem::replace(&mut self.active, new);
+        let sealed = old.seal()?;
+        self.sealed.insert(sealed.core.base_offset, sealed);
+        self.write_producer_snapshot(leo)?;
+        tracing::debug!(dir = %self.dir.display(), base_offset = leo, "rolled segment");
+        Ok(())
+    }
+
+    /// Whether `flush.ms` says the log is due for a flush.
+    pub fn flush_due(&self, now_ms: i64) -> bool {
+        self.unflushed_messages > 0 && self.config.flush_ms != i64::MAX && now_ms - self.last_flush_ms >= self.config.flush_ms
+    }
+
+    /// fsyncs everything written so far and moves the recovery point to the log end.
+    pub fn flush(&mut self, now_ms: i64) -> Result<()> {
+        for s in self.sealed.values_mut().filter(|s| !s.flushed) {
+            s.sync()?;
+            s.flushed = true;
+        }
+        self.active.sync()?;
+        self.unflushed_messages = 0;
+        self.last_flush_ms = now_ms;
+        self.recovery_point = self.log_end_offset();
+        Ok(())
+    }
+
+    /// Sealed segments written but not yet synced, and the offset they end at: the caller syncs
+    /// them without holding the log and then calls [`Log::mark_flushed`].
+    pub fn pending_flush(&self) -> Option<(Vec<Arc<File>>, i64)> {
+        let pending: Vec<&SealedSegment> = self.sealed.values().filter(|s| !s.flushed).collect();
+        let upto = pending.last()?.core.next_offset;
+        Some((pending.iter().map(|s| s.core.file.clone()).collect(), upto))
+    }
+
+    /// Records that every sealed segment below `upto` is on disk.
+    pub fn mark_flushed(&mut self, upto: i64) {
+        for s in self.sealed.values_mut().filter(|s| s.core.next_offset <= upto) {
+            s.flushed = true;
+        }
+        if self.sealed.values().all(|s| s.flushed) {
+            self.recovery_point = self.recovery_point.max(upto);
+        }
+    }
+
+    /// Plans a read of whole batches starting with the batch that contains `offset`.
+    pub fn read(&self, offset: i64, max_bytes: usize, max_offset: i64, min_one: bool) -> Result<ReadStart> {
+        let leo = self.log_end_offset();
+        if offset < self.log_start_offset || offset > leo {
+            return Err(LogError::OffsetOutOfRange { offset, start: self.log_start_offset, end: leo });
+        }
+        let max_offset = max_offset.min(leo);
+        if offset >= max_offset {
+            return Ok(ReadStart::Empty);
+        }
+        let mut found = None;
+        for seg in self.sealed.range(..=offset).next_back().into_iter().map(|(_, s)| s).chain(self.sealed.range(offset + 1..).map(|(_, s)| s)) {
+            if seg.core.next_offset <= offset {
+                continue;
+            }
+            if let Some((pos, _)) = seg.core.find_batch(offset, seg.lookup_position(offset))? {
+                found = Some((&seg.core, pos));
+                break;
+            }
+        }
+        if found.is_none() {
+            if let Some((pos, _)) = self.active.core.find_batch(offset, self.active.lookup_position(offset))? {
+                found = Some((&self.active.core, pos));
+            }
+        }
+        let Some((core, pos)) = found else { return Ok(ReadStart::Empty) };
+        Ok(ReadStart::Plan(ReadPlan {
+            file: core.file.clone(),
+            path: core.log_path.clone(),
+            pos,
+            end: core.size,
+            max_bytes,
+            max_offset,
+            min_one,
+        }))
+    }
+
+    /// The first offset whose record timestamp is >= `ts`, with that timestamp (ListOffsets).
+    pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>> {
+        let cores = self.sealed.values().map(|s| (&s.core, s.lookup_time(ts))).chain(std::iter::once((&self.active.core, self.active.lookup_time(ts))));
+        for (core, hint) in cores {
+            if core.max_timestamp < ts || core.next_offset <= self.log_start_offset {
+                continue;
+            }
+            let mut pos = hint;
+            while let Some((at, h)) = core.find_batch_by_time(ts, pos)? {
+                pos = at + h.total_size() as u64;
+                if h.last_offset() < self.log_start_offset || h.base_offset >= self.high_watermark {
+                    if h.base_offset >= self.high_watermark {
+                        return Ok(None);
+                    }
+                    continue;
+                }
+                let bytes = core.read_batch(at, &h)?;
+                if let Some((o, t)) = first_record_at_or_after(&bytes, &h, ts)? {
+                    if o >= self.log_start_offset {
+                        return Ok(Some((o, t)));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The offset and timestamp of the record with the largest timestamp (ListOffsets -3).
+    pub fn max_timestamp_offset(&self) -> Result<Option<(i64, i64)>> {
+        let best = self
+            .sealed
+            .values()
+            .map(|s| &s.core)
+            .chain(std::iter::once(&self.active.core))
+            .filter(|c| c.max_timestamp >= 0 && c.next_offset > self.log_start_offset)
+            .fold(None::<&segment::SegmentCore>, |acc, c| match acc {
+                Some(a) if a.max_timestamp >= c.max_timestamp => Some(a),
+                _ => Some(c),
+            });
+        let Some(core) = best else { return Ok(None) };
+        let mut pos = 0;
+        while let Some((at, h)) = core.find_batch(core.max_timestamp_batch, pos)? {
+            pos = at + h.total_size() as u64;
+            if h.max_timestamp == core.max_timestamp {
+                let bytes = core.read_batch(at, &h)?;
+                return first_record_at_or_after(&bytes, &h, core.max_timestamp);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Advances the log start offset (DeleteRecords) and deletes segments wholly below it.
+    pub fn delete_records_before(&mut self, offset: i64) -> Result<i64> {
+        if offset > self.high_watermark || offset < 0 {
+            return Err(LogError::OffsetOutOfRange { offset, start: self.log_start_offset, end: self.high_watermark });
+        }
+        self.log_start_offset = self.log_start_offset.max(offset);
+        self.delete_segments_below_start();
+        Ok(self.log_start_offset)
+    }
+
+    fn delete_segments_below_start(&mut self) {
+        let dead: Vec<i64> = self.sealed.values().filter(|s| s.core.next_offset <= self.log_start_offset).map(|s| s.core.base_offset).collect();
+        for b in dead {
+            if let Some(s) = self.sealed.remove(&b) {
+                s.delete();
+            }
+        }
+    }
+
+    /// Applies `retention.ms` and `retention.bytes`, deleting whole sealed segments from the
+    /// oldest; never the active one. Returns how many segments were deleted.
+    pub fn apply_retention(&mut self, now_ms: i64) -> Result<usize> {
+        if !self.config.cleanup_delete {
+            return Ok(0);
+        }
+        let mut deleted = 0;
+        let mut size = self.size_bytes() as i64;
+        loop {
+            let Some((&base, oldest)) = self.sealed.iter().next() else { break };
+            let by_time = self.config.retention_ms >= 0 && oldest.core.max_timestamp >= 0 && now_ms - oldest.core.max_timestamp > self.config.retention_ms;
+            let by_time = by_time || (self.config.retention_ms >= 0 && oldest.core.max_timestamp < 0 && oldest.core.size == 0);
+            let by_size = self.config.retention_bytes >= 0 && size - oldest.core.size as i64 >= self.config.retention_bytes;
+            // Segments must also end below the high watermark: nothing unreplicated is deleted.
+            if !(by_time || by_size) || oldest.core.next_offset > self.high_watermark {
+                break;
+            }
+            let Some(seg) = self.sealed.remove(&base) else { break };
+            size -= seg.core.size as i64;
+            let next_start = self.sealed.keys().next().copied().unwrap_or(self.active.core.base_offset);
+            self.log_start_offset = self.log_start_offset.max(next_start);
+            tracing::info!(dir = %self.dir.display(), base_offset = base, by_time, by_size, "deleting segment (retention)");
+            seg.delete();
+            deleted += 1;
+        }
+        if deleted > 0 {
+            self.producers.expire(now_ms, self.config.producer_id_expiration_ms);
+        }
+        Ok(deleted)
+    }
+
+    /// Rolls the active segment if `segment.ms` has passed (checked periodically so that idle
+    /// partitions roll too and retention can reach their data).
+    pub fn roll_if_expired(&mut self, now_ms: i64) -> Result<bool> {
+        if self.active.core.size > 0 && self.config.segment_ms > 0 && now_ms - self.active.created_ms >= self.config.segment_ms {
+            self.roll(now_ms)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Clean shutdown: sync everything, trim indexes, snapshot producer state at the log end.
+    /// Returns the recovery point to checkpoint (the log end).
+    pub fn close(mut self, now_ms: i64) -> Result<i64> {
+        self.flush(now_ms)?;
+        let leo = self.log_end_offset();
+        self.write_producer_snapshot(leo)?;
+        self.active.close()?;
+        Ok(leo)
+    }
+
+    /// Deletes the log's directory and everything in it.
+    pub fn delete(self) -> Result<()> {
+        let dir = self.dir.clone();
+        drop(self);
+        std::fs::remove_dir_all(&dir).map_err(LogError::io(dir))
+    }
+
+    pub fn compression(&self) -> TargetCompression {
+        self.config.compression
+    }
+}
+
+/// Decodes one batch and returns the first record with timestamp >= `ts`.
+fn first_record_at_or_after(bytes: &[u8], h: &BatchHeader, ts: i64) -> Result<Option<(i64, i64)>> {
+    if h.is_log_append_time() {
+        return Ok((h.max_timestamp >= ts).then_some((h.base_offset, h.max_timestamp)));
+    }
+    let mut b = Bytes::copy_from_slice(bytes);
+    let set = RecordBatchDecoder::decode(&mut b).map_err(|e| LogError::Corrupt { path: PathBuf::new(), reason: format!("cannot decode batch at {}: {e}", h.base_offset) })?;
+    Ok(set.records.iter().find(|r| r.timestamp >= ts).map(|r| (r.offset, r.timestamp)))
+}

@@ -1,0 +1,468 @@
+//! Segments: a `.log` file of record batches plus its two sparse indexes, named by the
+//! segment's base offset as 20 zero-padded digits.
+//!
+//! [`ActiveSegment`] is the only writable type. [`SealedSegment`] is what a segment becomes when
+//! the log rolls: its indexes are trimmed and reopened read-only. Writes to the active segment
+//! are plain `pwrite`s into the page cache: readable on return, durable after [`ActiveSegment::sync`]
+//! (or after the flusher syncs the sealed file).
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::batch::{BatchHeader, BatchIter, HEADER_LEN, Stop};
+use crate::error::{LogError, Result};
+use crate::index::{IndexReader, IndexWriter, OffsetEntry, TimeEntry};
+
+/// Chunk size for sequential scans during recovery.
+const SCAN_CHUNK: usize = 1 << 20;
+
+pub fn file_name(base_offset: i64, ext: &str) -> String {
+    format!("{base_offset:020}.{ext}")
+}
+
+/// Reads exactly `len` bytes at `pos`.
+pub(crate) fn read_at(file: &File, path: &Path, pos: u64, len: usize) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, pos).map_err(LogError::io(path))?;
+    Ok(buf)
+}
+
+/// What every segment shares: the log file and what is known about its contents.
+pub struct SegmentCore {
+    pub base_offset: i64,
+    /// Offset after the last batch (== base offset when empty).
+    pub next_offset: i64,
+    /// Bytes of complete batches in the file.
+    pub size: u64,
+    /// Largest batch max timestamp, -1 if none, and the base offset of the batch that holds it.
+    pub max_timestamp: i64,
+    pub max_timestamp_batch: i64,
+    pub file: Arc<File>,
+    pub log_path: PathBuf,
+    dir: PathBuf,
+}
+
+impl SegmentCore {
+    fn index_path(&self) -> PathBuf {
+        self.dir.join(file_name(self.base_offset, "index"))
+    }
+    fn time_index_path(&self) -> PathBuf {
+        self.dir.join(file_name(self.base_offset, "timeindex"))
+    }
+
+    /// Position of the first batch whose last offset is >= `offset`, scanning forward from
+    /// `start` (an index hint). `None` if no such batch is in the segment.
+    pub fn find_batch(&self, offset: i64, start: u64) -> Result<Option<(u64, BatchHeader)>> {
+        let mut pos = start;
+        while pos + HEADER_LEN as u64 <= self.size {
+            let hdr = read_at(&self.file, &self.log_path, pos, HEADER_LEN)?;
+            let h = BatchHeader::parse(&hdr).ok_or_else(|| self.corrupt(pos, "short header"))?;
+            if h.total_size() < HEADER_LEN {
+                return Err(self.corrupt(pos, "bad batch length"));
+            }
+            if h.last_offset() >= offset {
+                return Ok(Some((pos, h)));
+            }
+            pos += h.total_size() as u64;
+        }
+        Ok(None)
+    }
+
+    /// The first batch whose max timestamp is >= `ts`, scanning forward from `start`.
+    pub fn find_batch_by_time(&self, ts: i64, start: u64) -> Result<Option<(u64, BatchHeader)>> {
+        let mut pos = start;
+        while pos + HEADER_LEN as u64 <= self.size {
+            let hdr = read_at(&self.file, &self.log_path, pos, HEADER_LEN)?;
+            let h = BatchHeader::parse(&hdr).ok_or_else(|| self.corrupt(pos, "short header"))?;
+            if h.total_size() < HEADER_LEN {
+                return Err(self.corrupt(pos, "bad batch length"));
+            }
+            if h.max_timestamp >= ts {
+                return Ok(Some((pos, h)));
+            }
+            pos += h.total_size() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Reads the whole batch at `pos`.
+    pub fn read_batch(&self, pos: u64, h: &BatchHeader) -> Result<Vec<u8>> {
+        read_at(&self.file, &self.log_path, pos, h.total_size())
+    }
+
+    fn corrupt(&self, pos: u64, why: &str) -> LogError {
+        LogError::Corrupt { path: self.log_path.clone(), reason: format!("at byte {pos}: {why}") }
+    }
+
+    fn delete_files(&self) {
+        for p in [self.log_path.clone(), self.index_path(), self.time_index_path()] {
+            if let Err(e) = std::fs::remove_file(&p) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(path = %p.display(), error = %e, "could not delete segment file");
+                }
+            }
+        }
+    }
+}
+
+/// A segment that no longer takes writes.
+pub struct SealedSegment {
+    pub core: SegmentCore,
+    offset_index: IndexReader<OffsetEntry>,
+    time_index: IndexReader<TimeEntry>,
+    /// Whether the log file has been fsynced since it was sealed.
+    pub flushed: bool,
+}
+
+/// The segment that takes appends.
+pub struct ActiveSegment {
+    pub core: SegmentCore,
+    offset_index: IndexWriter<OffsetEntry>,
+    time_index: IndexWriter<TimeEntry>,
+    bytes_since_index: u64,
+    index_interval: u64,
+    /// Wall clock time the segment was created (or opened), for `segment.ms`.
+    pub created_ms: i64,
+}
+
+/// Result of scanning a segment's log file.
+pub struct ScanResult {
+    pub valid_bytes: u64,
+    pub next_offset: i64,
+    /// Set when the scan stopped at bytes that are not a valid batch (torn or corrupt tail).
+    pub truncated: Option<String>,
+}
+
+/// Scans a log file from `start` batch by batch (verifying CRCs), calling `on_batch` with each
+/// valid batch's position and header. Stops at the first torn or corrupt batch, or at a batch
+/// whose offsets go backwards.
+pub fn scan_log(
+    file: &File,
+    path: &Path,
+    start: u64,
+    mut expected_next: i64,
+    mut on_batch: impl FnMut(u64, &BatchHeader),
+) -> Result<ScanResult> {
+    let len = file.metadata().map_err(LogError::io(path))?.len();
+    let mut pos = start;
+    let mut truncated = None;
+    let mut want = SCAN_CHUNK;
+    while pos < len {
+        let n = usize::try_from((len - pos).min(want as u64)).unwrap_or(want);
+        let buf = read_at(file, path, pos, n)?;
+        let mut it = BatchIter::new(&buf).verify_crc();
+        let mut bad_order = None;
+        for (at, h) in it.by_ref() {
+            if h.base_offset < expected_next {
+                bad_order = Some((at, format!("batch at offset {} after offset {}", h.base_offset, expected_next - 1)));
+                break;
+            }
+            on_batch(pos + at as u64, &h);
+            expected_next = h.next_offset();
+        }
+        if let Some((at, why)) = bad_order {
+            pos += at as u64;
+            truncated = Some(why);
+            break;
+        }
+        pos += it.position() as u64;
+        match it.stopped {
+            None => want = SCAN_CHUNK,
+            Some(Stop::Incomplete { needed }) => {
+                if pos + needed as u64 > len {
+                    truncated = Some(format!("torn batch: {} bytes at the end, the batch needs {needed}", len - pos));
+                    break;
+                }
+                want = needed.max(SCAN_CHUNK);
+            }
+            Some(Stop::Corrupt(why)) => {
+                truncated = Some(why);
+                break;
+            }
+        }
+    }
+    Ok(ScanResult { valid_bytes: pos, next_offset: expected_next, truncated })
+}
+
+fn open_log_file(path: &Path) -> Result<File> {
+    OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(LogError::io(path))
+}
+
+/// Settings a segment needs from the topic config.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentSettings {
+    pub index_interval_bytes: u64,
+    pub max_index_bytes: u64,
+}
+
+impl ActiveSegment {
+    /// Creates a new, empty segment at `base_offset` (replacing any files of that name).
+    pub fn create(dir: &Path, base_offset: i64, s: SegmentSettings, now_ms: i64) -> Result<Self> {
+        let log_path = dir.join(file_name(base_offset, "log"));
+        let file = open_log_file(&log_path)?;
+        file.set_len(0).map_err(LogError::io(&log_path))?;
+        let core = SegmentCore {
+            base_offset,
+            next_offset: base_offset,
+            size: 0,
+            max_timestamp: -1,
+            max_timestamp_batch: base_offset,
+            file: Arc::new(file),
+            log_path,
+            dir: dir.into(),
+        };
+        let offset_index = IndexWriter::create(&core.index_path(), s.max_index_bytes)?;
+        let time_index = IndexWriter::create(&core.time_index_path(), s.max_index_bytes)?;
+        Ok(Self { core, offset_index, time_index, bytes_since_index: 0, index_interval: s.index_interval_bytes, created_ms: now_ms })
+    }
+
+    /// Opens the last segment of a log.
+    ///
+    /// `trusted`: the segment was closed cleanly, so its indexes are used if they pass the sanity
+    /// check and only the bytes after the last index entry are scanned. Otherwise (or if that
+    /// fails) the whole file is scanned, the indexes rebuilt, and a torn or corrupt tail cut off;
+    /// the reason for the cut is returned.
+    pub fn open(dir: &Path, base_offset: i64, s: SegmentSettings, trusted: bool, now_ms: i64) -> Result<(Self, Option<String>)> {
+        if trusted {
+            match Self::open_trusted(dir, base_offset, s, now_ms)? {
+                Ok(seg) => return Ok((seg, None)),
+                Err(why) => {
+                    tracing::warn!(dir = %dir.display(), base_offset, reason = %why, "active segment not usable as closed; recovering it");
+                }
+            }
+        }
+        Self::recover(dir, base_offset, s, now_ms)
+    }
+
+    fn new_core(dir: &Path, base_offset: i64) -> Result<(SegmentCore, u64)> {
+        let log_path = dir.join(file_name(base_offset, "log"));
+        let file = open_log_file(&log_path)?;
+        let file_len = file.metadata().map_err(LogError::io(&log_path))?.len();
+        let core = SegmentCore {
+            base_offset,
+            next_offset: base_offset,
+            size: 0,
+            max_timestamp: -1,
+            max_timestamp_batch: base_offset,
+            file: Arc::new(file),
+            log_path,
+            dir: dir.into(),
+        };
+        Ok((core, file_len))
+    }
+
+    fn open_trusted(dir: &Path, base_offset: i64, s: SegmentSettings, now_ms: i64) -> Result<std::result::Result<Self, String>> {
+        let (mut core, file_len) = Self::new_core(dir, base_offset)?;
+        let oi = match IndexWriter::<OffsetEntry>::open_existing(&core.index_path(), s.max_index_bytes, Some(file_len)) {
+            Ok(i) => i,
+            Err(e) => return Ok(Err(e.to_string())),
+        };
+        let ti = match IndexWriter::<TimeEntry>::open_existing(&core.time_index_path(), s.max_index_bytes, None) {
+            Ok(i) => i,
+            Err(e) => return Ok(Err(e.to_string())),
+        };
+        let (start_pos, start_offset) = oi.last().map_or((0, base_offset), |e| (u64::from(e.position), base_offset + i64::from(e.rel_offset)));
+        if let Some(t) = ti.last() {
+            core.max_timestamp = t.timestamp;
+            core.max_timestamp_batch = base_offset + i64::from(t.rel_offset);
+        }
+        let mut seg = Self { core, offset_index: oi, time_index: ti, bytes_since_index: 0, index_interval: s.index_interval_bytes, created_ms: now_ms };
+        let mut tail = Vec::new();
+        let r = scan_log(&seg.core.file, &seg.core.log_path, start_pos, start_offset, |pos, h| tail.push((pos, *h)))?;
+        if let Some(why) = r.truncated {
+            return Ok(Err(why));
+        }
+        for (pos, h) in &tail {
+            seg.track(*pos, h, false);
+        }
+        seg.core.size = r.valid_bytes;
+        seg.core.next_offset = r.next_offset;
+        Ok(Ok(seg))
+    }
+
+    fn recover(dir: &Path, base_offset: i64, s: SegmentSettings, now_ms: i64) -> Result<(Self, Option<String>)> {
+        let (core, file_len) = Self::new_core(dir, base_offset)?;
+        let offset_index = IndexWriter::create(&core.index_path(), s.max_index_bytes)?;
+        let time_index = IndexWriter::create(&core.time_index_path(), s.max_index_bytes)?;
+        let mut seg = Self { core, offset_index, time_index, bytes_since_index: 0, index_interval: s.index_interval_bytes, created_ms: now_ms };
+        let mut batches = Vec::new();
+        let r = scan_log(&seg.core.file, &seg.core.log_path, 0, base_offset, |pos, h| batches.push((pos, *h)))?;
+        for (pos, h) in &batches {
+            seg.track(*pos, h, true);
+        }
+        seg.core.size = r.valid_bytes;
+        seg.core.next_offset = r.next_offset;
+        if r.valid_bytes < file_len {
+            seg.core.file.set_len(r.valid_bytes).map_err(LogError::io(&seg.core.log_path))?;
+        }
+        seg.core.file.sync_all().map_err(LogError::io(&seg.core.log_path))?;
+        Ok((seg, r.truncated))
+    }
+
+    /// Records index and timestamp information for a batch written at `pos`.
+    fn track(&mut self, pos: u64, h: &BatchHeader, index: bool) {
+        if h.max_timestamp > self.core.max_timestamp {
+            self.core.max_timestamp = h.max_timestamp;
+            self.core.max_timestamp_batch = h.base_offset;
+        }
+        if index && (self.bytes_since_index >= self.index_interval || self.offset_index.is_empty()) {
+            let rel = (h.base_offset - self.core.base_offset) as u32;
+            self.offset_index.append(OffsetEntry { rel_offset: rel, position: pos as u32 });
+            self.append_time_entry();
+            self.bytes_since_index = 0;
+        }
+        self.bytes_since_index += h.total_size() as u64;
+    }
+
+    fn append_time_entry(&mut self) {
+        if self.core.max_timestamp < 0 {
+            return;
+        }
+        if self.time_index.last().is_none_or(|t| self.core.max_timestamp > t.timestamp) {
+            let rel = (self.core.max_timestamp_batch - self.core.base_offset) as u32;
+            self.time_index.append(TimeEntry { timestamp: self.core.max_timestamp, rel_offset: rel });
+        }
+    }
+
+    /// Whether appending `bytes` more (ending at `last_offset`) requires a new segment first.
+    pub fn needs_roll(&self, bytes: u64, last_offset: i64, segment_bytes: u64, segment_ms: i64, now_ms: i64) -> bool {
+        if self.core.size == 0 {
+            return false;
+        }
+        self.core.size + bytes > segment_bytes
+            || self.offset_index.is_full()
+            || self.time_index.is_full()
+            || (segment_ms > 0 && now_ms - self.created_ms >= segment_ms)
+            || last_offset - self.core.base_offset > i64::from(u32::MAX)
+            || self.core.size + bytes > u64::from(u32::MAX) / 2
+    }
+
+    /// Appends fully validated batches whose offsets are already assigned. `batches` gives each
+    /// batch's byte range in `buf` and its header. Readable on return; durable after sync.
+    pub fn append(&mut self, buf: &[u8], batches: &[(std::ops::Range<usize>, BatchHeader)]) -> Result<()> {
+        self.core.file.write_all_at(buf, self.core.size).map_err(LogError::io(&self.core.log_path))?;
+        let start = self.core.size;
+        for (range, h) in batches {
+            self.track(start + range.start as u64, h, true);
+            self.core.next_offset = h.next_offset();
+        }
+        self.core.size += buf.len() as u64;
+        Ok(())
+    }
+
+    /// fsyncs the log file (not the index, which recovery rebuilds).
+    pub fn sync(&self) -> Result<()> {
+        self.core.file.sync_data().map_err(LogError::io(&self.core.log_path))
+    }
+
+    pub fn lookup_position(&self, offset: i64) -> u64 {
+        self.offset_index.lookup(offset - self.core.base_offset).map_or(0, |e| u64::from(e.position))
+    }
+
+    pub fn lookup_time(&self, ts: i64) -> u64 {
+        match self.time_index.lookup(ts) {
+            Some(t) => self.lookup_position(self.core.base_offset + i64::from(t.rel_offset)),
+            None => 0,
+        }
+    }
+
+    /// Seals the segment: final time index entry, indexes trimmed and reopened read-only.
+    pub fn seal(mut self) -> Result<SealedSegment> {
+        self.append_time_entry();
+        let offset_index = self.offset_index.seal()?;
+        let time_index = self.time_index.seal()?;
+        Ok(SealedSegment { core: self.core, offset_index, time_index, flushed: false })
+    }
+
+    /// Clean shutdown: sync the log, trim the indexes.
+    pub fn close(mut self) -> Result<()> {
+        self.append_time_entry();
+        self.sync()?;
+        self.offset_index.close()?;
+        self.time_index.close()
+    }
+
+    /// Drops everything at or after `offset` (the batch containing `offset` must start there).
+    pub fn truncate_to(&mut self, offset: i64) -> Result<()> {
+        let found = self.core.find_batch(offset, self.lookup_position(offset))?;
+        let pos = match found {
+            Some((pos, _)) => pos,
+            None => return Ok(()),
+        };
+        self.core.file.set_len(pos).map_err(LogError::io(&self.core.log_path))?;
+        self.core.size = pos;
+        self.core.next_offset = offset.max(self.core.base_offset);
+        self.offset_index.truncate_to_key(offset - self.core.base_offset);
+        // Time index entries may refer to truncated batches; rebuild max timestamp by rescanning.
+        self.time_index.truncate_to_key(i64::MIN);
+        self.core.max_timestamp = -1;
+        let mut hs = Vec::new();
+        scan_log(&self.core.file, &self.core.log_path, 0, self.core.base_offset, |p, h| hs.push((p, *h)))?;
+        for (_, h) in &hs {
+            if h.max_timestamp > self.core.max_timestamp {
+                self.core.max_timestamp = h.max_timestamp;
+                self.core.max_timestamp_batch = h.base_offset;
+            }
+        }
+        self.append_time_entry();
+        Ok(())
+    }
+
+    pub fn delete(self) {
+        self.core.delete_files();
+    }
+}
+
+impl SealedSegment {
+    /// Opens a segment that is not the last one. `trusted`: below the recovery point and closed
+    /// cleanly, so a sane index is used as is. Otherwise (or when an index fails its sanity
+    /// check) the segment is scanned; the scan's [`ScanResult::truncated`] tells the caller
+    /// whether the log must be cut here.
+    pub fn open(dir: &Path, base_offset: i64, next_offset_hint: i64, trusted: bool, s: SegmentSettings) -> Result<(Self, Option<String>)> {
+        if trusted {
+            let (mut core, file_len) = ActiveSegment::new_core(dir, base_offset)?;
+            core.size = file_len;
+            core.next_offset = next_offset_hint;
+            let oi = IndexReader::<OffsetEntry>::open(&core.index_path(), Some(file_len.max(1)));
+            let ti = IndexReader::<TimeEntry>::open(&core.time_index_path(), None);
+            match (oi, ti) {
+                (Ok(offset_index), Ok(time_index)) if file_len == 0 || !offset_index.is_empty() => {
+                    if let Some(t) = time_index.last() {
+                        core.max_timestamp = t.timestamp;
+                        core.max_timestamp_batch = base_offset + i64::from(t.rel_offset);
+                    }
+                    return Ok((Self { core, offset_index, time_index, flushed: true }, None));
+                }
+                (oi, ti) => {
+                    let why = oi.err().or(ti.err()).map_or_else(|| "empty index for a non-empty segment".to_string(), |e| e.to_string());
+                    tracing::warn!(segment = %core.log_path.display(), reason = %why, "index failed its sanity check; rebuilding");
+                }
+            }
+        }
+        let (active, truncated) = ActiveSegment::recover(dir, base_offset, s, 0)?;
+        let mut sealed = active.seal()?;
+        sealed.flushed = true;
+        Ok((sealed, truncated))
+    }
+
+    pub fn lookup_position(&self, offset: i64) -> u64 {
+        self.offset_index.lookup(offset - self.core.base_offset).map_or(0, |e| u64::from(e.position))
+    }
+
+    pub fn lookup_time(&self, ts: i64) -> u64 {
+        match self.time_index.lookup(ts) {
+            Some(t) => self.lookup_position(self.core.base_offset + i64::from(t.rel_offset)),
+            None => 0,
+        }
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.core.file.sync_data().map_err(LogError::io(&self.core.log_path))
+    }
+
+    pub fn delete(self) {
+        self.core.delete_files();
+    }
+}

@@ -1,0 +1,99 @@
+//! Request decoding and response encoding with per-API header versions.
+//!
+//! Request header v1 (non-flexible) or v2 (flexible, with tagged fields) is chosen by the API's
+//! version; responses use header v0 or v1 the same way, except ApiVersions, whose response
+//! header is always v0 (KIP-511) so that a client can read it whatever version it asked for.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use crate::ProtocolError;
+
+/// A decoded request header plus the undecoded body.
+#[derive(Debug)]
+pub struct RawRequest {
+    pub api_key: ApiKey,
+    pub header: RequestHeader,
+    pub body: Bytes,
+}
+
+/// Decodes the request header of `frame`. The caller has checked that `api_key` is known and
+/// `api_version` is within the crate's range (see [`crate::versions`]).
+pub fn decode_header(api_key: ApiKey, version: i16, mut frame: Bytes) -> Result<RawRequest, ProtocolError> {
+    let header_version = api_key.request_header_version(version);
+    let header = RequestHeader::decode(&mut frame, header_version)
+        .map_err(|e| ProtocolError::Decode { api: api_key, version, reason: format!("header: {e}") })?;
+    Ok(RawRequest { api_key, header, body: frame })
+}
+
+/// Decodes a request body. Trailing bytes after the body are an error: a well-formed client never
+/// sends them, and accepting them would hide framing bugs.
+pub fn decode_body<T: Decodable>(api: ApiKey, version: i16, body: &mut Bytes) -> Result<T, ProtocolError> {
+    let value = T::decode(body, version)
+        .map_err(|e| ProtocolError::Decode { api, version, reason: e.to_string() })?;
+    if !body.is_empty() {
+        return Err(ProtocolError::Decode { api, version, reason: format!("{} trailing bytes", body.len()) });
+    }
+    Ok(value)
+}
+
+/// Encodes a whole response frame: size prefix, response header, body.
+pub fn encode_response<T: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &T,
+) -> Result<BytesMut, ProtocolError> {
+    let err = |reason: String| ProtocolError::Encode { api, version, reason };
+    let header_version = if api == ApiKey::ApiVersions { 0 } else { api.response_header_version(version) };
+    let body_size = body.compute_size(version).map_err(|e| err(e.to_string()))?;
+    let header_size = if header_version >= 1 { 5 } else { 4 };
+    let total = header_size + body_size;
+    let size = i32::try_from(total).map_err(|_| err(format!("response of {total} bytes")))?;
+    let mut buf = BytesMut::with_capacity(4 + total);
+    buf.put_i32(size);
+    buf.put_i32(correlation_id);
+    if header_version >= 1 {
+        buf.put_u8(0); // no tagged fields in the response header
+    }
+    body.encode(&mut buf, version).map_err(|e| err(e.to_string()))?;
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+    use kafka_protocol::protocol::StrBytes;
+
+    #[test]
+    fn api_versions_response_header_is_v0_even_for_flexible_versions() {
+        let resp = ApiVersionsResponse::default();
+        let buf = encode_response(ApiKey::ApiVersions, 3, 42, &resp).ok();
+        let buf = buf.as_deref().map(<[u8]>::to_vec).unwrap_or_default();
+        // size(4) correlation(4) then directly the body: error_code = 0
+        assert_eq!(&buf[4..8], &42i32.to_be_bytes());
+        assert_eq!(&buf[8..10], &0i16.to_be_bytes());
+        assert_eq!(i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize, buf.len() - 4);
+    }
+
+    #[test]
+    fn request_round_trip_with_flexible_header() {
+        let mut req = ApiVersionsRequest::default();
+        req.client_software_name = StrBytes::from_static_str("t");
+        req.client_software_version = StrBytes::from_static_str("1");
+        let mut header = RequestHeader::default();
+        header.request_api_key = 18;
+        header.request_api_version = 3;
+        header.correlation_id = 9;
+        let mut buf = BytesMut::new();
+        assert!(header.encode(&mut buf, 2).is_ok());
+        assert!(req.encode(&mut buf, 3).is_ok());
+        let raw = decode_header(ApiKey::ApiVersions, 3, buf.freeze());
+        let mut raw = match raw { Ok(r) => r, Err(e) => panic!("{e}") };
+        assert_eq!(raw.header.correlation_id, 9);
+        let back: Result<ApiVersionsRequest, _> = decode_body(ApiKey::ApiVersions, 3, &mut raw.body);
+        assert_eq!(back.ok().map(|r| r.client_software_name), Some(StrBytes::from_static_str("t")));
+    }
+}

@@ -1,0 +1,79 @@
+//! The APIs and versions Oxbow advertises.
+//!
+//! A version is listed only when its handler implements every field of it: clients pick
+//! behaviour from these ranges (see shared/FACTS.md). Each range is intersected with what the
+//! `kafka-protocol` crate can decode, so the table can never promise more than the codec does.
+
+use kafka_protocol::messages::ApiKey;
+
+/// `(api, min, max)` for every API this broker serves.
+const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 13),
+    (ApiKey::Fetch, 4, 17),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 0, 13),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
+];
+
+/// The advertised version range of one API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiRange {
+    pub key: ApiKey,
+    pub min: i16,
+    pub max: i16,
+}
+
+/// Every advertised API with its range, in API key order.
+pub fn supported() -> Vec<ApiRange> {
+    let mut out: Vec<ApiRange> = SUPPORTED
+        .iter()
+        .filter_map(|&(key, min, max)| {
+            let codec = key.valid_versions();
+            let (min, max) = (min.max(codec.min), max.min(codec.max));
+            (min <= max).then_some(ApiRange { key, min, max })
+        })
+        .collect();
+    out.sort_by_key(|r| r.key as i16);
+    out
+}
+
+/// The advertised range for `key`, if the API is served at all.
+pub fn range(key: ApiKey) -> Option<ApiRange> {
+    supported().into_iter().find(|r| r.key == key)
+}
+
+/// Whether `version` of `key` is served.
+pub fn is_supported(key: ApiKey, version: i16) -> bool {
+    range(key).is_some_and(|r| (r.min..=r.max).contains(&version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_within_the_codec() {
+        for r in supported() {
+            let codec = r.key.valid_versions();
+            assert!(r.min >= codec.min && r.max <= codec.max, "{:?}", r);
+        }
+        assert_eq!(supported().len(), SUPPORTED.len(), "an advertised API fell out of the codec range");
+    }
+
+    #[test]
+    fn kafka4_minimums() {
+        assert_eq!(range(ApiKey::Produce).map(|r| r.min), Some(3));
+        assert_eq!(range(ApiKey::Fetch).map(|r| r.min), Some(4));
+        assert!(is_supported(ApiKey::Metadata, 0));
+        assert!(!is_supported(ApiKey::JoinGroup, 0));
+    }
+}

@@ -1,0 +1,431 @@
+//! Broker configuration in Kafka's `server.properties` format and key names.
+//!
+//! [`KEYS`] is the single table of supported keys: name, default, accepted values and
+//! documentation. Parsing, validation, `--help` and `docs/configuration.md` all come from it.
+//! Values are validated once, at startup; a bad value stops the broker with a [`ConfigError`]
+//! naming the key and what it accepts. Unknown keys produce a warning.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use oxbow_log::{LogConfig, TargetCompression};
+
+/// What a key accepts.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    /// An integer in `min..=max`.
+    Int { min: i64, max: i64 },
+    Bool,
+    /// One of a fixed set of words.
+    Choice(&'static [&'static str]),
+    /// A comma-separated list of `NAME://host:port` listeners.
+    Listeners,
+    /// A comma-separated list of paths.
+    Paths,
+}
+
+impl Kind {
+    pub fn accepted(&self) -> String {
+        match self {
+            Kind::Int { min, max } if *max == i64::MAX => format!("an integer >= {min}"),
+            Kind::Int { min, max } if *max == i64::from(i32::MAX) => format!("an integer in [{min}, {max}] (2^31-1)"),
+            Kind::Int { min, max } => format!("an integer in [{min}, {max}]"),
+            Kind::Bool => "true or false".into(),
+            Kind::Choice(c) => format!("one of: {}", c.join(", ")),
+            Kind::Listeners => "a comma-separated list of NAME://host:port (host may be empty or an IP literal; port 0..65535)".into(),
+            Kind::Paths => "a comma-separated list of directories".into(),
+        }
+    }
+
+    /// Kafka's DescribeConfigs config type: BOOLEAN=1, STRING=2, INT=3, LONG=5, LIST=7.
+    pub fn config_type(&self) -> i8 {
+        match self {
+            Kind::Bool => 1,
+            Kind::Int { max, .. } if *max <= i64::from(i32::MAX) => 3,
+            Kind::Int { .. } => 5,
+            Kind::Choice(_) => 2,
+            Kind::Listeners | Kind::Paths => 7,
+        }
+    }
+
+    pub fn check(&self, value: &str) -> bool {
+        match self {
+            Kind::Int { min, max } => value.trim().parse::<i64>().is_ok_and(|v| v >= *min && v <= *max),
+            Kind::Bool => matches!(value.trim(), "true" | "false"),
+            Kind::Choice(c) => c.contains(&value.trim()),
+            Kind::Listeners => parse_listeners(value).is_ok(),
+            Kind::Paths => value.split(',').all(|p| !p.trim().is_empty()),
+        }
+    }
+}
+
+/// One supported key.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyDef {
+    pub name: &'static str,
+    /// `None`: no default (derived from another key, or unset).
+    pub default: Option<&'static str>,
+    pub kind: Kind,
+    pub doc: &'static str,
+}
+
+const I32: i64 = i32::MAX as i64;
+const LONG: i64 = i64::MAX;
+
+const COMPRESSION: &[&str] = &["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"];
+const TIMESTAMP_TYPES: &[&str] = &["CreateTime", "LogAppendTime"];
+/// Only `delete` until log compaction lands; `compact` is refused rather than silently ignored.
+const CLEANUP: &[&str] = &["delete"];
+
+/// Every broker key Oxbow understands, with Kafka's defaults.
+pub const KEYS: &[KeyDef] = &[
+    KeyDef { name: "node.id", default: Some("1"), kind: Kind::Int { min: 0, max: I32 }, doc: "This node's id. `broker.id` is accepted as a synonym." },
+    KeyDef { name: "listeners", default: Some("PLAINTEXT://127.0.0.1:9092"), kind: Kind::Listeners, doc: "Addresses to listen on. Port 0 picks a free port." },
+    KeyDef { name: "advertised.listeners", default: None, kind: Kind::Listeners, doc: "Addresses given to clients in Metadata. Defaults to `listeners`." },
+    KeyDef { name: "log.dirs", default: Some("./oxbow-data"), kind: Kind::Paths, doc: "Directories holding partition logs (`log.dir` is a synonym). Partitions are spread across them." },
+    KeyDef { name: "num.partitions", default: Some("1"), kind: Kind::Int { min: 1, max: I32 }, doc: "Partitions of auto-created topics and of CreateTopics requests that give -1." },
+    KeyDef { name: "default.replication.factor", default: Some("1"), kind: Kind::Int { min: 1, max: 32767 }, doc: "Replication factor of auto-created topics." },
+    KeyDef { name: "auto.create.topics.enable", default: Some("true"), kind: Kind::Bool, doc: "Create a topic when a Metadata request names one that does not exist (and the client allows it)." },
+    KeyDef { name: "delete.topic.enable", default: Some("true"), kind: Kind::Bool, doc: "Allow DeleteTopics." },
+    KeyDef { name: "log.segment.bytes", default: Some("1073741824"), kind: Kind::Int { min: 14, max: I32 }, doc: "Roll to a new segment when the active one would pass this size." },
+    KeyDef { name: "log.roll.ms", default: None, kind: Kind::Int { min: 1, max: LONG }, doc: "Roll a non-empty segment this old (wall clock since its creation). Defaults to `log.roll.hours`." },
+    KeyDef { name: "log.roll.hours", default: Some("168"), kind: Kind::Int { min: 1, max: I32 }, doc: "`log.roll.ms` in hours." },
+    KeyDef { name: "log.retention.ms", default: None, kind: Kind::Int { min: -1, max: LONG }, doc: "Delete sealed segments whose newest record is older than this; -1 keeps them. Defaults to `log.retention.minutes`, then `log.retention.hours`." },
+    KeyDef { name: "log.retention.minutes", default: None, kind: Kind::Int { min: -1, max: I32 }, doc: "`log.retention.ms` in minutes." },
+    KeyDef { name: "log.retention.hours", default: Some("168"), kind: Kind::Int { min: -1, max: I32 }, doc: "`log.retention.ms` in hours." },
+    KeyDef { name: "log.retention.bytes", default: Some("-1"), kind: Kind::Int { min: -1, max: LONG }, doc: "Delete the oldest sealed segments while a partition is larger than this; -1 for no limit." },
+    KeyDef { name: "log.retention.check.interval.ms", default: Some("300000"), kind: Kind::Int { min: 1, max: LONG }, doc: "How often retention (and time-based rolling) is checked." },
+    KeyDef { name: "log.index.interval.bytes", default: Some("4096"), kind: Kind::Int { min: 0, max: I32 }, doc: "Bytes of log between two offset index entries." },
+    KeyDef { name: "log.index.size.max.bytes", default: Some("10485760"), kind: Kind::Int { min: 12, max: I32 }, doc: "Preallocated size of each index file; a full index rolls the segment." },
+    KeyDef { name: "log.flush.interval.messages", default: Some("9223372036854775807"), kind: Kind::Int { min: 1, max: LONG }, doc: "fsync a partition once this many records are unflushed. 1 = fsync before every acknowledgement." },
+    KeyDef { name: "log.flush.interval.ms", default: None, kind: Kind::Int { min: 0, max: LONG }, doc: "fsync a partition when its oldest unflushed write is this old. Unset: never by time." },
+    KeyDef { name: "log.flush.scheduler.interval.ms", default: Some("1000"), kind: Kind::Int { min: 1, max: LONG }, doc: "How often `log.flush.interval.ms` is checked, and sealed segments are synced in the background." },
+    KeyDef { name: "log.flush.offset.checkpoint.interval.ms", default: Some("60000"), kind: Kind::Int { min: 1, max: I32 }, doc: "How often recovery points and log start offsets are checkpointed." },
+    KeyDef { name: "log.cleanup.policy", default: Some("delete"), kind: Kind::Choice(CLEANUP), doc: "Only `delete` for now: log compaction is not implemented yet and is refused." },
+    KeyDef { name: "log.message.timestamp.type", default: Some("CreateTime"), kind: Kind::Choice(TIMESTAMP_TYPES), doc: "Keep producers' timestamps, or stamp batches with the broker's time." },
+    KeyDef { name: "compression.type", default: Some("producer"), kind: Kind::Choice(COMPRESSION), doc: "`producer` stores batches as sent; any other value recompresses them on append." },
+    KeyDef { name: "message.max.bytes", default: Some("1048588"), kind: Kind::Int { min: 0, max: I32 }, doc: "Largest record batch accepted (after recompression)." },
+    KeyDef { name: "min.insync.replicas", default: Some("1"), kind: Kind::Int { min: 1, max: I32 }, doc: "Replicas that must be in sync for an acks=all produce to succeed." },
+    KeyDef { name: "unclean.leader.election.enable", default: Some("false"), kind: Kind::Bool, doc: "Allow an out-of-sync replica to become leader (used once replication exists)." },
+    KeyDef { name: "producer.id.expiration.ms", default: Some("86400000"), kind: Kind::Int { min: 1, max: I32 }, doc: "Forget an idempotent producer's sequence state this long after its last write." },
+    KeyDef { name: "socket.request.max.bytes", default: Some("104857600"), kind: Kind::Int { min: 1, max: I32 }, doc: "Largest request frame; larger frames close the connection before any allocation." },
+    KeyDef { name: "queued.max.requests", default: Some("500"), kind: Kind::Int { min: 1, max: I32 }, doc: "Requests being processed across all connections; readers wait beyond this." },
+    KeyDef { name: "queued.max.request.bytes", default: Some("-1"), kind: Kind::Int { min: -1, max: LONG }, doc: "Bytes of requests being processed across all connections; -1: no limit beyond `socket.request.max.bytes` times `queued.max.requests`." },
+    KeyDef { name: "max.connections", default: Some("2147483647"), kind: Kind::Int { min: 1, max: I32 }, doc: "Open client connections; further connections are closed at accept." },
+    KeyDef { name: "oxbow.max.inflight.requests.per.connection", default: Some("32"), kind: Kind::Int { min: 1, max: 1024 }, doc: "Pipelined requests read from one connection before its responses are written (answers stay in order)." },
+    KeyDef { name: "oxbow.shutdown.timeout.ms", default: Some("30000"), kind: Kind::Int { min: 0, max: I32 }, doc: "How long a clean shutdown waits for in-flight requests before closing connections." },
+];
+
+/// Keys that are another key's synonym.
+const SYNONYMS: &[(&str, &str)] = &[("broker.id", "node.id"), ("log.dir", "log.dirs")];
+
+/// A configuration problem that stops startup.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("invalid value {value:?} for {key}: expected {accepted}")]
+    Invalid { key: String, value: String, accepted: String },
+    #[error("{key}: {reason}")]
+    Inconsistent { key: String, reason: String },
+    #[error("cannot read config file {path}: {reason}")]
+    File { path: String, reason: String },
+    #[error("bad command line: {0}")]
+    Usage(String),
+}
+
+/// A listener: `NAME://host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+pub fn parse_listeners(s: &str) -> Result<Vec<Listener>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, rest) = part.split_once("://").ok_or_else(|| format!("{part}: missing NAME://"))?;
+        let (host, port) = rest.rsplit_once(':').ok_or_else(|| format!("{part}: missing :port"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let port: u16 = port.parse().map_err(|_| format!("{part}: bad port"))?;
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("{part}: bad listener name"));
+        }
+        out.push(Listener { name: name.to_string(), host: host.to_string(), port });
+    }
+    if out.is_empty() {
+        return Err("no listener".into());
+    }
+    Ok(out)
+}
+
+/// Parses `server.properties` text (Java properties: `key=value` or `key: value`, `#`/`!`
+/// comments, trailing `\` continues a line).
+pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut pending = String::new();
+    for raw in text.lines() {
+        let line = raw.trim_start();
+        if pending.is_empty() && (line.is_empty() || line.starts_with('#') || line.starts_with('!')) {
+            continue;
+        }
+        if let Some(stripped) = line.strip_suffix('\\') {
+            pending.push_str(stripped);
+            continue;
+        }
+        pending.push_str(line);
+        let entry = std::mem::take(&mut pending);
+        let split = entry.find(['=', ':']);
+        let (k, v) = match split {
+            Some(i) => (&entry[..i], &entry[i + 1..]),
+            None => (entry.as_str(), ""),
+        };
+        out.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    out
+}
+
+pub fn key_def(name: &str) -> Option<&'static KeyDef> {
+    KEYS.iter().find(|k| k.name == name)
+}
+
+/// The validated broker configuration.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    pub listeners: Vec<Listener>,
+    pub advertised_listeners: Vec<Listener>,
+    pub log_dirs: Vec<PathBuf>,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub auto_create_topics: bool,
+    pub delete_topic_enable: bool,
+    pub retention_check_interval_ms: u64,
+    pub flush_scheduler_interval_ms: u64,
+    pub flush_checkpoint_interval_ms: u64,
+    pub min_insync_replicas: i32,
+    pub socket_request_max_bytes: usize,
+    pub queued_max_requests: usize,
+    pub queued_max_request_bytes: Option<usize>,
+    pub max_connections: usize,
+    pub max_inflight_per_connection: usize,
+    pub shutdown_timeout_ms: u64,
+    /// Defaults for every partition log (topic configs override them).
+    pub log: LogConfig,
+    /// Effective value of every key in [`KEYS`] (`None`: unset with no default).
+    pub values: BTreeMap<&'static str, Option<String>>,
+    /// Keys set explicitly (file or override), for DescribeConfigs sources.
+    pub explicit: BTreeMap<String, String>,
+    /// Keys that were not recognised (already warned about).
+    pub unknown: Vec<String>,
+}
+
+impl BrokerConfig {
+    /// Builds the configuration from explicit settings (file, then overrides).
+    pub fn from_map(mut explicit: BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        for (syn, canonical) in SYNONYMS {
+            if let Some(v) = explicit.remove(*syn) {
+                explicit.entry(canonical.to_string()).or_insert(v);
+            }
+        }
+        let unknown: Vec<String> = explicit.keys().filter(|k| key_def(k).is_none()).cloned().collect();
+        let mut values: BTreeMap<&'static str, Option<String>> = BTreeMap::new();
+        for def in KEYS {
+            let v = explicit.get(def.name).cloned().or_else(|| def.default.map(str::to_string));
+            if let Some(v) = &v {
+                if !def.kind.check(v) {
+                    return Err(ConfigError::Invalid { key: def.name.into(), value: v.clone(), accepted: def.kind.accepted() });
+                }
+            }
+            values.insert(def.name, v.map(|s| s.trim().to_string()));
+        }
+        let get = |k: &str| values.get(k).cloned().flatten();
+        let int = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
+        let req_int = |k: &str| int(k).ok_or_else(|| ConfigError::Invalid { key: k.into(), value: String::new(), accepted: "a value".into() });
+        let bool_ = |k: &str| get(k).is_some_and(|v| v == "true");
+
+        let listeners = parse_listeners(&get("listeners").unwrap_or_default()).map_err(|reason| ConfigError::Inconsistent { key: "listeners".into(), reason })?;
+        let advertised_listeners = match get("advertised.listeners") {
+            Some(a) => parse_listeners(&a).map_err(|reason| ConfigError::Inconsistent { key: "advertised.listeners".into(), reason })?,
+            None => listeners.clone(),
+        };
+        for a in &advertised_listeners {
+            if !listeners.iter().any(|l| l.name == a.name) {
+                return Err(ConfigError::Inconsistent { key: "advertised.listeners".into(), reason: format!("listener {} is not in listeners", a.name) });
+            }
+        }
+        if listeners.len() > 1 {
+            return Err(ConfigError::Inconsistent { key: "listeners".into(), reason: "one listener is supported for now (PLAINTEXT)".into() });
+        }
+        if listeners.iter().any(|l| l.name != "PLAINTEXT") {
+            return Err(ConfigError::Inconsistent { key: "listeners".into(), reason: "only the PLAINTEXT listener is supported (no TLS/SASL yet)".into() });
+        }
+        let log_dirs: Vec<PathBuf> = get("log.dirs").unwrap_or_default().split(',').map(|p| PathBuf::from(p.trim())).collect();
+
+        let retention_ms = match (int("log.retention.ms"), int("log.retention.minutes"), int("log.retention.hours")) {
+            (Some(ms), _, _) => ms,
+            (None, Some(m), _) => if m < 0 { -1 } else { m * 60_000 },
+            (None, None, Some(h)) => if h < 0 { -1 } else { h * 3_600_000 },
+            _ => -1,
+        };
+        let segment_ms = int("log.roll.ms").unwrap_or_else(|| int("log.roll.hours").unwrap_or(168) * 3_600_000);
+        let flush_ms = int("log.flush.interval.ms").unwrap_or(i64::MAX);
+        let log = LogConfig {
+            segment_bytes: req_int("log.segment.bytes")? as u64,
+            segment_ms,
+            retention_ms,
+            retention_bytes: req_int("log.retention.bytes")?,
+            index_interval_bytes: req_int("log.index.interval.bytes")? as u64,
+            segment_index_bytes: req_int("log.index.size.max.bytes")? as u64,
+            flush_messages: req_int("log.flush.interval.messages")?,
+            flush_ms,
+            max_message_bytes: req_int("message.max.bytes")? as usize,
+            compression: TargetCompression::parse(&get("compression.type").unwrap_or_default()).unwrap_or(TargetCompression::Producer),
+            log_append_time: get("log.message.timestamp.type").as_deref() == Some("LogAppendTime"),
+            cleanup_delete: true,
+            producer_id_expiration_ms: req_int("producer.id.expiration.ms")?,
+        };
+        let default_rf = req_int("default.replication.factor")?;
+        if default_rf != 1 {
+            return Err(ConfigError::Inconsistent { key: "default.replication.factor".into(), reason: "a single broker can only hold replication factor 1".into() });
+        }
+        Ok(Self {
+            node_id: req_int("node.id")? as i32,
+            listeners,
+            advertised_listeners,
+            log_dirs,
+            num_partitions: req_int("num.partitions")? as i32,
+            default_replication_factor: default_rf as i16,
+            auto_create_topics: bool_("auto.create.topics.enable"),
+            delete_topic_enable: bool_("delete.topic.enable"),
+            retention_check_interval_ms: req_int("log.retention.check.interval.ms")? as u64,
+            flush_scheduler_interval_ms: req_int("log.flush.scheduler.interval.ms")? as u64,
+            flush_checkpoint_interval_ms: req_int("log.flush.offset.checkpoint.interval.ms")? as u64,
+            min_insync_replicas: req_int("min.insync.replicas")? as i32,
+            socket_request_max_bytes: req_int("socket.request.max.bytes")? as usize,
+            queued_max_requests: req_int("queued.max.requests")? as usize,
+            queued_max_request_bytes: usize::try_from(req_int("queued.max.request.bytes")?).ok(),
+            max_connections: req_int("max.connections")? as usize,
+            max_inflight_per_connection: req_int("oxbow.max.inflight.requests.per.connection")? as usize,
+            shutdown_timeout_ms: req_int("oxbow.shutdown.timeout.ms")? as u64,
+            log,
+            values,
+            explicit,
+            unknown,
+        })
+    }
+
+    /// Reads `--config FILE` (if any) and applies `--override key=value` pairs on top.
+    pub fn load(file: Option<&std::path::Path>, overrides: &[String]) -> Result<Self, ConfigError> {
+        let mut map = match file {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| ConfigError::File { path: p.display().to_string(), reason: e.to_string() })?;
+                parse_properties(&text)
+            }
+            None => BTreeMap::new(),
+        };
+        for o in overrides {
+            let (k, v) = o.split_once('=').ok_or_else(|| ConfigError::Usage(format!("--override {o:?}: expected key=value")))?;
+            map.insert(k.trim().to_string(), v.trim().to_string());
+        }
+        Self::from_map(map)
+    }
+
+    pub fn default_for_tests() -> Self {
+        match Self::from_map(BTreeMap::new()) {
+            Ok(c) => c,
+            Err(e) => unreachable!("defaults are valid: {e}"),
+        }
+    }
+}
+
+/// `--help` text: usage plus every key with its default.
+pub fn help_text() -> String {
+    let mut s = String::from(
+        "oxbow-broker: a Kafka-compatible broker\n\n\
+         USAGE:\n    oxbow-broker [--config server.properties] [--override key=value]...\n\n\
+         With no arguments: one node on 127.0.0.1:9092, data under ./oxbow-data.\n\
+         SIGTERM or SIGINT shuts down cleanly.\n\nOPTIONS:\n\
+         \x20   --config FILE            read Kafka-style server.properties\n\
+         \x20   --override KEY=VALUE     set a key (applied after the file; repeatable)\n\
+         \x20   --print-config-docs      print docs/configuration.md\n\
+         \x20   -h, --help               this text\n\nKEYS (default):\n",
+    );
+    for k in KEYS {
+        let _ = writeln!(s, "    {:<45} {}", k.name, k.default.unwrap_or("(unset)"));
+    }
+    s
+}
+
+/// `docs/configuration.md`, generated from [`KEYS`] and the topic config table.
+pub fn config_docs() -> String {
+    let mut s = String::from(
+        "# Configuration reference\n\n\
+         Generated by `oxbow-broker --print-config-docs` from the same table the broker validates\n\
+         against; CI fails if this file drifts from it.\n\n\
+         The broker reads Kafka's `server.properties` format: `oxbow-broker --config server.properties\n\
+         --override key=value`. Unknown keys are reported as warnings at startup; an invalid value\n\
+         stops startup with a message naming the key and what it accepts.\n\n\
+         ## Broker keys\n\n| key | default | accepts | meaning |\n|---|---|---|---|\n",
+    );
+    for k in KEYS {
+        let _ = writeln!(s, "| `{}` | {} | {} | {} |", k.name, k.default.map_or("(unset)".to_string(), |d| format!("`{d}`")), k.kind.accepted(), k.doc);
+    }
+    s.push_str("\nSynonyms: `broker.id` = `node.id`, `log.dir` = `log.dirs`.\n\n## Topic keys\n\n\
+                Set with CreateTopics, AlterConfigs or IncrementalAlterConfigs; unset keys follow the broker key.\n\n\
+                | topic key | broker key | accepts | meaning |\n|---|---|---|---|\n");
+    for t in crate::topic_config::TOPIC_KEYS {
+        let _ = writeln!(s, "| `{}` | `{}` | {} | {} |", t.name, t.broker_key, t.kind.accepted(), t.doc);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_are_kafkas() {
+        let c = BrokerConfig::default_for_tests();
+        assert_eq!(c.listeners, vec![Listener { name: "PLAINTEXT".into(), host: "127.0.0.1".into(), port: 9092 }]);
+        assert_eq!(c.log_dirs, vec![PathBuf::from("./oxbow-data")]);
+        assert_eq!(c.log.segment_bytes, 1 << 30);
+        assert_eq!(c.log.retention_ms, 168 * 3_600_000);
+        assert_eq!(c.log.flush_messages, i64::MAX);
+        assert_eq!(c.num_partitions, 1);
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let e = BrokerConfig::from_map(map(&[("log.segment.bytes", "ten")])).err();
+        assert!(matches!(&e, Some(ConfigError::Invalid { key, .. }) if key == "log.segment.bytes"), "{e:?}");
+        let msg = e.map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("log.segment.bytes") && msg.contains("integer"), "{msg}");
+        assert!(BrokerConfig::from_map(map(&[("auto.create.topics.enable", "yes")])).is_err());
+        assert!(BrokerConfig::from_map(map(&[("listeners", "127.0.0.1:9092")])).is_err());
+        assert!(BrokerConfig::from_map(map(&[("compression.type", "brotli")])).is_err());
+    }
+
+    #[test]
+    fn retention_precedence_and_synonyms() {
+        let c = BrokerConfig::from_map(map(&[("log.retention.minutes", "2"), ("log.retention.hours", "1"), ("broker.id", "7")]));
+        let c = c.ok();
+        assert_eq!(c.as_ref().map(|c| c.log.retention_ms), Some(120_000));
+        assert_eq!(c.as_ref().map(|c| c.node_id), Some(7));
+        let c = BrokerConfig::from_map(map(&[("some.unknown", "1")])).ok();
+        assert_eq!(c.map(|c| c.unknown), Some(vec!["some.unknown".to_string()]));
+    }
+
+    #[test]
+    fn properties_format() {
+        let p = parse_properties("# c\n! c\na=1\nb : 2\nc=x\\\n  y\nd\n");
+        assert_eq!(p.get("a").map(String::as_str), Some("1"));
+        assert_eq!(p.get("b").map(String::as_str), Some("2"));
+        assert_eq!(p.get("c").map(String::as_str), Some("xy"));
+        assert_eq!(p.get("d").map(String::as_str), Some(""));
+    }
+}

@@ -1,0 +1,219 @@
+//! Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, plus
+//! InitProducerId and DescribeCluster.
+
+use std::collections::{BTreeMap, HashSet};
+
+use oxbow_protocol::ResponseError;
+use oxbow_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use oxbow_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use oxbow_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
+use oxbow_protocol::messages::delete_topics_response::DeletableTopicResult;
+use oxbow_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use oxbow_protocol::messages::*;
+
+use super::Ctx;
+use super::util::{ALL_CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED, s, topic_name};
+use crate::errors::ApiError;
+use crate::topic_config;
+
+pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTopicsResponse {
+    let b = ctx.broker;
+    let mut resp = CreateTopicsResponse::default();
+    let mut seen = HashSet::new();
+    let dupes: HashSet<String> = req.topics.iter().filter(|t| !seen.insert(t.name.0.to_string())).map(|t| t.name.0.to_string()).collect();
+    for t in req.topics {
+        let name = t.name.0.to_string();
+        let mut r = CreatableTopicResult::default();
+        r.name = t.name.clone();
+        r.num_partitions = -1;
+        r.replication_factor = -1;
+        let partitions = if !t.assignments.is_empty() { t.assignments.len() as i32 } else if t.num_partitions == -1 { b.config.num_partitions } else { t.num_partitions };
+        let rf = if !t.assignments.is_empty() {
+            t.assignments[0].broker_ids.len() as i16
+        } else if t.replication_factor == -1 {
+            b.config.default_replication_factor
+        } else {
+            t.replication_factor
+        };
+        let configs: BTreeMap<String, String> = t.configs.iter().map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string()).unwrap_or_default())).collect();
+        let check = || -> Result<(), ApiError> {
+            if dupes.contains(&name) {
+                return Err(ApiError::new(ResponseError::InvalidRequest, format!("topic {name} appears more than once in the request")));
+            }
+            if !t.assignments.is_empty() && (t.num_partitions != -1 || t.replication_factor != -1) {
+                return Err(ApiError::new(ResponseError::InvalidRequest, "both assignments and partitions/replication factor given"));
+            }
+            for (i, a) in t.assignments.iter().enumerate() {
+                let ok = a.partition_index == i as i32 && a.broker_ids.len() == 1 && a.broker_ids[0].0 == b.node_id();
+                if !ok {
+                    return Err(ApiError::new(ResponseError::InvalidReplicaAssignment, format!("partition {} must be assigned to broker {} only", a.partition_index, b.node_id())));
+                }
+            }
+            for c in &t.configs {
+                topic_config::validate(c.name.as_str(), c.value.as_ref().map(|v| v.as_str()))?;
+            }
+            b.check_new_topic(&name, partitions, rf, &configs)
+        };
+        let result = check().and_then(|()| if req.validate_only { Ok(None) } else { b.create_topic(&name, partitions, configs.clone()).map(Some) });
+        match result {
+            Ok(created) => {
+                r.num_partitions = partitions;
+                r.replication_factor = rf;
+                if let Some(t) = created {
+                    r.topic_id = t.meta.id;
+                }
+                let described = topic_config::describe(&b.config, &configs, None);
+                r.configs = Some(
+                    described
+                        .into_iter()
+                        .map(|d| {
+                            let mut c = CreatableTopicConfigs::default();
+                            c.name = s(d.name);
+                            c.value = Some(s(d.value));
+                            c.config_source = d.source;
+                            c
+                        })
+                        .collect(),
+                );
+            }
+            Err(e) => {
+                r.error_code = e.code();
+                r.error_message = Some(s(e.message));
+            }
+        }
+        resp.topics.push(r);
+    }
+    resp
+}
+
+pub async fn delete_topics(ctx: &Ctx<'_>, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
+    let b = ctx.broker;
+    let mut resp = DeleteTopicsResponse::default();
+    // v0-5 name topics in `topic_names`; v6 uses `topics` with a name or an id.
+    let mut targets: Vec<(Option<String>, uuid::Uuid)> = req.topic_names.iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect();
+    targets.extend(req.topics.iter().map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)));
+    for (name, id) in targets {
+        let mut r = DeletableTopicResult::default();
+        r.topic_id = id;
+        let resolved = match &name {
+            Some(n) => Some(n.clone()),
+            None => b.topic_by_id(id).map(|t| t.meta.name.clone()),
+        };
+        r.name = resolved.as_ref().or(name.as_ref()).map(|n| topic_name(n));
+        let result = match resolved {
+            None => Err(ApiError::new(ResponseError::UnknownTopicId, "unknown topic id")),
+            Some(n) => b.delete_topic(&n),
+        };
+        match result {
+            Ok(id) => r.topic_id = id,
+            Err(e) => {
+                r.error_code = e.code();
+                r.error_message = Some(s(e.message));
+            }
+        }
+        resp.responses.push(r);
+    }
+    resp
+}
+
+pub async fn create_partitions(ctx: &Ctx<'_>, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+    let b = ctx.broker;
+    let mut resp = CreatePartitionsResponse::default();
+    for t in req.topics {
+        let mut r = CreatePartitionsTopicResult::default();
+        r.name = t.name.clone();
+        let name = t.name.0.to_string();
+        let current = b.topic(&name).map_or(0, |t| t.meta.partitions);
+        let bad_assignment = t.assignments.as_ref().is_some_and(|a| {
+            a.len() as i32 != t.count - current || a.iter().any(|x| x.broker_ids.len() != 1 || x.broker_ids[0].0 != b.node_id())
+        });
+        let result = if bad_assignment {
+            Err(ApiError::new(ResponseError::InvalidReplicaAssignment, format!("new partitions must be assigned to broker {} only", b.node_id())))
+        } else {
+            b.create_partitions(&name, t.count, req.validate_only)
+        };
+        if let Err(e) = result {
+            r.error_code = e.code();
+            r.error_message = Some(s(e.message));
+        }
+        resp.results.push(r);
+    }
+    resp
+}
+
+pub async fn delete_records(ctx: &Ctx<'_>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let b = ctx.broker;
+    let mut resp = DeleteRecordsResponse::default();
+    for t in req.topics {
+        let topic = b.topic(t.name.0.as_str());
+        let mut tr = DeleteRecordsTopicResult::default();
+        tr.name = t.name.clone();
+        for p in t.partitions {
+            let mut pr = DeleteRecordsPartitionResult::default();
+            pr.partition_index = p.partition_index;
+            pr.low_watermark = -1;
+            let result = match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
+                None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic or partition")),
+                Some(part) => part
+                    .with_log(|l| {
+                        // -1 means "up to the high watermark".
+                        let target = if p.offset == -1 { l.high_watermark() } else { p.offset };
+                        l.delete_records_before(target)
+                    })
+                    .and_then(|r| r.map_err(ApiError::from)),
+            };
+            match result {
+                Ok(low) => pr.low_watermark = low,
+                Err(e) => pr.error_code = e.code(),
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    resp
+}
+
+/// Idempotent producers get a fresh producer id (epoch 0), or, when they send their current id
+/// and epoch (KIP-360, after an unknown producer or sequence error), the same id with the next
+/// epoch. Transactional ids are not supported yet.
+pub async fn init_producer_id(ctx: &Ctx<'_>, req: InitProducerIdRequest) -> InitProducerIdResponse {
+    let b = ctx.broker;
+    let mut resp = InitProducerIdResponse::default();
+    resp.producer_id = ProducerId(-1);
+    resp.producer_epoch = -1;
+    if req.transactional_id.is_some() {
+        resp.error_code = ResponseError::TransactionalIdAuthorizationFailed.code();
+        return resp;
+    }
+    if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX - 1 {
+        resp.producer_id = req.producer_id;
+        resp.producer_epoch = req.producer_epoch + 1;
+        return resp;
+    }
+    match b.next_producer_id() {
+        Ok(id) => {
+            resp.producer_id = ProducerId(id);
+            resp.producer_epoch = 0;
+        }
+        Err(e) => resp.error_code = e.code(),
+    }
+    resp
+}
+
+pub async fn describe_cluster(ctx: &Ctx<'_>, req: DescribeClusterRequest) -> DescribeClusterResponse {
+    let b = ctx.broker;
+    let mut resp = DescribeClusterResponse::default();
+    let adv = b.advertised();
+    resp.cluster_id = s(b.cluster_id.clone());
+    resp.controller_id = BrokerId(b.node_id());
+    if ctx.version >= 1 {
+        resp.endpoint_type = if req.endpoint_type == 0 { 1 } else { req.endpoint_type };
+    }
+    let mut br = DescribeClusterBroker::default();
+    br.broker_id = BrokerId(b.node_id());
+    br.host = s(adv.host.clone());
+    br.port = i32::from(adv.port);
+    resp.brokers = vec![br];
+    resp.cluster_authorized_operations = if req.include_cluster_authorized_operations { ALL_CLUSTER_OPERATIONS } else { OPERATIONS_NOT_REQUESTED };
+    resp
+}

@@ -1,0 +1,212 @@
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics; DescribeConfigs for
+//! the broker (its static configuration, read-only).
+
+use std::collections::BTreeMap;
+
+use oxbow_protocol::ResponseError;
+use oxbow_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym};
+use oxbow_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as IncResult;
+use oxbow_protocol::messages::alter_configs_response::AlterConfigsResourceResponse as AlterResult;
+use oxbow_protocol::messages::*;
+
+use super::Ctx;
+use super::util::s;
+use crate::errors::ApiError;
+use crate::topic_config::{self, source};
+
+const TOPIC: i8 = 2;
+const BROKER: i8 = 4;
+
+fn entry(name: &str, value: Option<String>, read_only: bool, src: i8, ty: i8, doc: &str, synonyms: Vec<(String, String, i8)>, ctx: &Ctx<'_>, with_syn: bool, with_doc: bool) -> DescribeConfigsResourceResult {
+    let mut e = DescribeConfigsResourceResult::default();
+    e.name = s(name);
+    e.value = value.map(s);
+    e.read_only = read_only;
+    e.config_source = src;
+    e.config_type = ty;
+    if with_doc && ctx.version >= 3 {
+        e.documentation = Some(s(doc));
+    }
+    if with_syn {
+        e.synonyms = synonyms
+            .into_iter()
+            .map(|(n, v, src)| {
+                let mut sy = DescribeConfigsSynonym::default();
+                sy.name = s(n);
+                sy.value = Some(s(v));
+                sy.source = src;
+                sy
+            })
+            .collect();
+    }
+    e
+}
+
+pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
+    let b = ctx.broker;
+    let mut resp = DescribeConfigsResponse::default();
+    let (with_syn, with_doc) = (req.include_synonyms, req.include_documentation);
+    for r in req.resources {
+        let mut out = DescribeConfigsResult::default();
+        out.resource_type = r.resource_type;
+        out.resource_name = r.resource_name.clone();
+        let only: Option<Vec<String>> = r.configuration_keys.as_ref().map(|k| k.iter().map(|k| k.to_string()).collect());
+        match r.resource_type {
+            TOPIC => match b.topic(r.resource_name.as_str()) {
+                None => {
+                    out.error_code = ResponseError::UnknownTopicOrPartition.code();
+                    out.error_message = Some(s(format!("topic {} does not exist", r.resource_name.as_str())));
+                }
+                Some(t) => {
+                    for d in topic_config::describe(&b.config, &t.meta.configs, only.as_deref()) {
+                        out.configs.push(entry(d.name, Some(d.value), false, d.source, d.config_type, d.doc, d.synonyms, ctx, with_syn, with_doc));
+                    }
+                }
+            },
+            BROKER => {
+                let name = r.resource_name.as_str();
+                if !name.is_empty() && name != b.node_id().to_string() {
+                    out.error_code = ResponseError::InvalidRequest.code();
+                    out.error_message = Some(s(format!("unexpected broker id {name}; this is broker {}", b.node_id())));
+                } else {
+                    for def in crate::config::KEYS {
+                        if only.as_ref().is_some_and(|o| !o.iter().any(|k| k == def.name)) {
+                            continue;
+                        }
+                        let value = b.config.values.get(def.name).cloned().flatten();
+                        let explicit = b.config.explicit.get(def.name).cloned();
+                        let src = if explicit.is_some() { source::STATIC_BROKER_CONFIG } else { source::DEFAULT_CONFIG };
+                        let mut syn = Vec::new();
+                        if let Some(v) = explicit {
+                            syn.push((def.name.to_string(), v, source::STATIC_BROKER_CONFIG));
+                        }
+                        if let Some(d) = def.default {
+                            syn.push((def.name.to_string(), d.to_string(), source::DEFAULT_CONFIG));
+                        }
+                        out.configs.push(entry(def.name, value, true, src, def.kind.config_type(), def.doc, syn, ctx, with_syn, with_doc));
+                    }
+                }
+            }
+            other => {
+                out.error_code = ResponseError::InvalidRequest.code();
+                out.error_message = Some(s(format!("resource type {other} is not supported")));
+            }
+        }
+        resp.results.push(out);
+    }
+    resp
+}
+
+fn not_a_topic(resource_type: i8) -> Option<ApiError> {
+    match resource_type {
+        TOPIC => None,
+        BROKER => Some(ApiError::new(ResponseError::InvalidRequest, "dynamic broker configs are not supported; set them in server.properties")),
+        other => Some(ApiError::new(ResponseError::InvalidRequest, format!("resource type {other} is not supported"))),
+    }
+}
+
+/// Legacy AlterConfigs: replaces the topic's whole set of overrides.
+pub async fn alter(ctx: &Ctx<'_>, req: AlterConfigsRequest) -> AlterConfigsResponse {
+    let b = ctx.broker;
+    let mut resp = AlterConfigsResponse::default();
+    for r in req.resources {
+        let mut out = AlterResult::default();
+        out.resource_type = r.resource_type;
+        out.resource_name = r.resource_name.clone();
+        let result = (|| -> Result<(), ApiError> {
+            if let Some(e) = not_a_topic(r.resource_type) {
+                return Err(e);
+            }
+            let name = r.resource_name.as_str();
+            if b.topic(name).is_none() {
+                return Err(ApiError::new(ResponseError::UnknownTopicOrPartition, format!("topic {name} does not exist")));
+            }
+            let mut configs = BTreeMap::new();
+            for c in &r.configs {
+                let Some(v) = &c.value else { continue };
+                topic_config::validate(c.name.as_str(), Some(v.as_str()))?;
+                configs.insert(c.name.to_string(), v.to_string());
+            }
+            if !req.validate_only {
+                b.set_topic_configs(name, configs)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            out.error_code = e.code();
+            out.error_message = Some(s(e.message));
+        }
+        resp.responses.push(out);
+    }
+    resp
+}
+
+const SET: i8 = 0;
+const DELETE: i8 = 1;
+const APPEND: i8 = 2;
+const SUBTRACT: i8 = 3;
+
+pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse {
+    let b = ctx.broker;
+    let mut resp = IncrementalAlterConfigsResponse::default();
+    for r in req.resources {
+        let mut out = IncResult::default();
+        out.resource_type = r.resource_type;
+        out.resource_name = r.resource_name.clone();
+        let result = (|| -> Result<(), ApiError> {
+            if let Some(e) = not_a_topic(r.resource_type) {
+                return Err(e);
+            }
+            let name = r.resource_name.as_str();
+            let Some(topic) = b.topic(name) else {
+                return Err(ApiError::new(ResponseError::UnknownTopicOrPartition, format!("topic {name} does not exist")));
+            };
+            let mut configs = topic.meta.configs.clone();
+            for c in &r.configs {
+                let key = c.name.to_string();
+                let value = c.value.as_ref().map(|v| v.to_string());
+                match c.config_operation {
+                    SET => {
+                        topic_config::validate(&key, value.as_deref())?;
+                        configs.insert(key, value.unwrap_or_default());
+                    }
+                    DELETE => {
+                        if topic_config::topic_key(&key).is_none() {
+                            return Err(ApiError::new(ResponseError::InvalidConfig, format!("unknown topic config {key:?}")));
+                        }
+                        configs.remove(&key);
+                    }
+                    APPEND | SUBTRACT => {
+                        // Only list-typed keys support these; cleanup.policy is the one list here.
+                        if key != "cleanup.policy" {
+                            return Err(ApiError::new(ResponseError::InvalidConfig, format!("{key} is not a list; APPEND/SUBTRACT do not apply")));
+                        }
+                        let current = configs.get(&key).cloned().unwrap_or_else(|| topic_config::broker_default(&b.config, &key));
+                        let mut items: Vec<String> = current.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+                        for v in value.as_deref().unwrap_or("").split(',').map(str::trim).filter(|v| !v.is_empty()) {
+                            if c.config_operation == APPEND && !items.iter().any(|i| i == v) {
+                                items.push(v.to_string());
+                            } else if c.config_operation == SUBTRACT {
+                                items.retain(|i| i != v);
+                            }
+                        }
+                        let joined = items.join(",");
+                        topic_config::validate(&key, Some(&joined))?;
+                        configs.insert(key, joined);
+                    }
+                    op => return Err(ApiError::new(ResponseError::InvalidRequest, format!("unknown config operation {op}"))),
+                }
+            }
+            if !req.validate_only {
+                b.set_topic_configs(name, configs)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            out.error_code = e.code();
+            out.error_message = Some(s(e.message));
+        }
+        resp.responses.push(out);
+    }
+    resp
+}

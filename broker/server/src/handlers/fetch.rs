@@ -1,0 +1,160 @@
+//! Fetch: whole batches from the batch containing the fetch offset, bounded by the high
+//! watermark and the request's byte limits, with long polling on `max_wait_ms`/`min_bytes`.
+//!
+//! Sessions (KIP-227): the broker answers every fetch sessionless (session id 0), which is
+//! always valid; clients then keep sending full fetch requests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::select_all;
+use oxbow_log::ReadStart;
+use oxbow_protocol::ResponseError;
+use oxbow_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use oxbow_protocol::messages::{FetchRequest, FetchResponse};
+use tokio::sync::watch;
+
+use super::Ctx;
+use crate::broker::Topic;
+use crate::errors::ApiError;
+use crate::partition::Partition;
+
+/// A partition the request asks for, resolved once.
+struct Want {
+    topic_slot: usize,
+    partition_index: i32,
+    fetch_offset: i64,
+    max_bytes: usize,
+    leader_epoch: i32,
+    target: Result<Arc<Partition>, ApiError>,
+}
+
+fn empty_partition(index: i32) -> PartitionData {
+    let mut p = PartitionData::default();
+    p.partition_index = index;
+    p.high_watermark = -1;
+    p.last_stable_offset = -1;
+    p.log_start_offset = -1;
+    p.preferred_read_replica = oxbow_protocol::messages::BrokerId(-1);
+    p.records = Some(Bytes::new());
+    p
+}
+
+/// One pass over every wanted partition. Returns the response topics and the bytes gathered.
+fn read_once(wants: &[Want], topics: &[FetchableTopicResponse], max_total: usize, read_committed: bool) -> (Vec<FetchableTopicResponse>, usize, bool) {
+    let mut out: Vec<FetchableTopicResponse> = topics.to_vec();
+    let mut total = 0usize;
+    let mut any_error = false;
+    for w in wants {
+        let mut pd = empty_partition(w.partition_index);
+        if read_committed {
+            pd.aborted_transactions = Some(Vec::new());
+        }
+        match &w.target {
+            Err(e) => {
+                pd.error_code = e.code();
+                any_error = true;
+            }
+            Ok(p) => {
+                let budget = max_total.saturating_sub(total).min(w.max_bytes);
+                let min_one = total == 0;
+                let planned = match p.check_leader_epoch(w.leader_epoch) {
+                    Err(e) => Err((e, p.offsets().ok())),
+                    Ok(()) => p.read(w.fetch_offset, budget, min_one),
+                };
+                match planned {
+                    Ok((start, offsets)) => {
+                        pd.high_watermark = offsets.high_watermark;
+                        pd.last_stable_offset = offsets.high_watermark;
+                        pd.log_start_offset = offsets.log_start;
+                        if let ReadStart::Plan(plan) = start {
+                            if budget > 0 || min_one {
+                                match plan.execute() {
+                                    Ok(bytes) => {
+                                        total += bytes.len();
+                                        pd.records = Some(bytes);
+                                    }
+                                    Err(e) => {
+                                        let e: ApiError = e.into();
+                                        pd.error_code = e.code();
+                                        any_error = true;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Err((e, offsets)) => {
+                        pd.error_code = e.code();
+                        if let Some(o) = offsets {
+                            pd.high_watermark = o.high_watermark;
+                            pd.last_stable_offset = o.high_watermark;
+                            pd.log_start_offset = o.log_start;
+                        }
+                        any_error = true;
+                    }
+                }
+            }
+        }
+        out[w.topic_slot].partitions.push(pd);
+    }
+    (out, total, any_error)
+}
+
+pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
+    let b = ctx.broker;
+    let mut resp = FetchResponse::default();
+    if req.session_id != 0 {
+        resp.error_code = ResponseError::FetchSessionIdNotFound.code();
+        return resp;
+    }
+    let by_id = ctx.version >= 13;
+    let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+    let mut wants: Vec<Want> = Vec::new();
+    for ft in &req.topics {
+        let topic: Option<Arc<Topic>> = if by_id { b.topic_by_id(ft.topic_id) } else { b.topic(ft.topic.0.as_str()) };
+        let mut tr = FetchableTopicResponse::default();
+        tr.topic = ft.topic.clone();
+        tr.topic_id = ft.topic_id;
+        let slot = topics.len();
+        topics.push(tr);
+        for fp in &ft.partitions {
+            let target = match &topic {
+                None if by_id => Err(ApiError::new(ResponseError::UnknownTopicId, "unknown topic id")),
+                None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic")),
+                Some(t) => t.partition(fp.partition).cloned().ok_or_else(|| ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown partition")),
+            };
+            wants.push(Want {
+                topic_slot: slot,
+                partition_index: fp.partition,
+                fetch_offset: fp.fetch_offset,
+                max_bytes: usize::try_from(fp.partition_max_bytes).unwrap_or(0),
+                leader_epoch: fp.current_leader_epoch,
+                target,
+            });
+        }
+    }
+    let max_total = usize::try_from(req.max_bytes).unwrap_or(0);
+    let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
+    let read_committed = req.isolation_level == 1;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0));
+    loop {
+        // Subscribe before reading so that an append between the read and the wait wakes us.
+        let mut watchers: Vec<watch::Receiver<i64>> = wants.iter().filter_map(|w| w.target.as_ref().ok().map(|p| p.subscribe())).collect();
+        for w in &mut watchers {
+            w.borrow_and_update();
+        }
+        let (out, total, any_error) = read_once(&wants, &topics, max_total, read_committed);
+        if total >= min_bytes || any_error || watchers.is_empty() || tokio::time::Instant::now() >= deadline {
+            resp.responses = out;
+            return resp;
+        }
+        let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
+        if tokio::time::timeout_at(deadline, changed).await.is_err() {
+            // Timed out: answer with what there is now (possibly data that arrived at the edge).
+            let (out, _, _) = read_once(&wants, &topics, max_total, read_committed);
+            resp.responses = out;
+            return resp;
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), and
+//! offsets by timestamp (the first record whose timestamp is at or after the target).
+
+use oxbow_protocol::ResponseError;
+use oxbow_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use oxbow_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+
+use super::Ctx;
+use crate::errors::ApiError;
+use crate::partition::Partition;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+
+/// (offset, timestamp) for one partition.
+fn lookup(p: &Partition, ts: i64, leader_epoch: i32) -> Result<(i64, i64), ApiError> {
+    p.check_leader_epoch(leader_epoch)?;
+    let o = p.offsets()?;
+    match ts {
+        LATEST => Ok((o.high_watermark, -1)),
+        EARLIEST | EARLIEST_LOCAL => Ok((o.log_start, -1)),
+        MAX_TIMESTAMP => Ok(p.with_log(|l| l.max_timestamp_offset())??.map_or((-1, -1), |(off, t)| (off, t))),
+        t if t >= 0 => Ok(p.with_log(|l| l.offset_for_timestamp(t))??.map_or((-1, -1), |(off, t)| (off, t))),
+        // Tiered-storage specs (-5 latest tiered, -6 earliest pending upload): no remote log here.
+        _ => Ok((-1, -1)),
+    }
+}
+
+pub async fn handle(ctx: &Ctx<'_>, req: ListOffsetsRequest) -> ListOffsetsResponse {
+    let b = ctx.broker;
+    let mut resp = ListOffsetsResponse::default();
+    for t in req.topics {
+        let topic = b.topic(t.name.0.as_str());
+        let mut tr = ListOffsetsTopicResponse::default();
+        tr.name = t.name.clone();
+        for rp in t.partitions {
+            let mut pr = ListOffsetsPartitionResponse::default();
+            pr.partition_index = rp.partition_index;
+            pr.timestamp = -1;
+            pr.offset = -1;
+            pr.leader_epoch = -1;
+            let part = topic.as_ref().and_then(|t| t.partition(rp.partition_index));
+            let result = match part {
+                None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic or partition")),
+                Some(p) => lookup(p, rp.timestamp, rp.current_leader_epoch).map(|r| (r, p.leader_epoch().unwrap_or(-1))),
+            };
+            match result {
+                Ok(((offset, ts), epoch)) => {
+                    pr.offset = offset;
+                    pr.timestamp = ts;
+                    if ctx.version >= 4 {
+                        pr.leader_epoch = epoch;
+                    }
+                }
+                Err(e) => pr.error_code = e.code(),
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    resp
+}

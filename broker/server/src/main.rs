@@ -1,0 +1,97 @@
+//! `oxbow-broker [--config server.properties] [--override key=value]...`
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use oxbow_server::config::{BrokerConfig, config_docs, help_text};
+use tracing_subscriber::EnvFilter;
+
+struct Args {
+    config: Option<PathBuf>,
+    overrides: Vec<String>,
+}
+
+fn parse_args() -> Result<Option<Args>, String> {
+    let mut args = std::env::args().skip(1);
+    let mut out = Args { config: None, overrides: Vec::new() };
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "-h" | "--help" => {
+                print!("{}", help_text());
+                return Ok(None);
+            }
+            "--print-config-docs" => {
+                print!("{}", config_docs());
+                return Ok(None);
+            }
+            "--config" => out.config = Some(args.next().ok_or("--config needs a file")?.into()),
+            "--override" => out.overrides.push(args.next().ok_or("--override needs key=value")?),
+            s if s.starts_with("--override=") => out.overrides.push(s["--override=".len()..].to_string()),
+            s if s.starts_with("--config=") => out.config = Some(s["--config=".len()..].into()),
+            // Like kafka-server-start.sh: a bare argument is the properties file.
+            s if !s.starts_with('-') && out.config.is_none() => out.config = Some(s.into()),
+            other => return Err(format!("unknown argument {other:?} (see --help)")),
+        }
+    }
+    Ok(Some(out))
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! {
+                _ = t.recv() => tracing::info!("SIGTERM received"),
+                _ = i.recv() => tracing::info!("SIGINT received"),
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt().with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))).with_writer(std::io::stderr).init();
+    let args = match parse_args() {
+        Ok(Some(a)) => a,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("oxbow-broker: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let config = match BrokerConfig::load(args.config.as_deref(), &args.overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("oxbow-broker: configuration error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for k in &config.unknown {
+        tracing::warn!(key = %k, "unknown configuration key ignored");
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("oxbow-broker: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        let server = oxbow_server::Server::bind(config).await?;
+        let addr = server.local_addr()?;
+        let adv = server.broker().advertised();
+        tracing::info!(listen = %addr, advertised = %format!("{}:{}", adv.host, adv.port), cluster_id = %server.broker().cluster_id, node_id = server.broker().node_id(), "oxbow-broker started");
+        server.run(shutdown_signal()).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("oxbow-broker: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! Background jobs: retention and time-based rolling, flushing, checkpoints. Each runs on its
+//! own interval with `MissedTickBehavior::Skip` (never overlapping itself) and stops when its
+//! token is cancelled.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::{Broker, now_ms};
+
+async fn every(period_ms: u64, token: CancellationToken, mut job: impl FnMut() -> tokio::task::JoinHandle<()>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(period_ms.max(1)));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = tick.tick() => {
+                if let Err(e) = job().await {
+                    tracing::error!(error = %e, "background job panicked");
+                }
+            }
+        }
+    }
+}
+
+/// Retention and `segment.ms` rolling for every partition.
+pub fn retention_pass(broker: &Broker) {
+    let now = now_ms();
+    for p in broker.all_partitions() {
+        let r = p.with_log(|l| -> Result<usize, oxbow_log::LogError> {
+            l.roll_if_expired(now)?;
+            l.apply_retention(now)
+        });
+        match r {
+            Ok(Ok(n)) if n > 0 => tracing::debug!(topic = %p.topic, partition = p.index, deleted = n, "retention deleted segments"),
+            Ok(Err(e)) => tracing::error!(topic = %p.topic, partition = p.index, error = %e, "retention failed"),
+            _ => {}
+        }
+    }
+}
+
+/// `flush.ms` flushes, and background syncs of sealed segments (outside the partition lock).
+pub fn flush_pass(broker: &Broker) {
+    let now = now_ms();
+    for p in broker.all_partitions() {
+        if let Ok(Err(e)) = p.with_log(|l| if l.flush_due(now) { l.flush(now) } else { Ok(()) }) {
+            tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush failed");
+        }
+        if let Ok(Some((files, upto))) = p.with_log(|l| l.pending_flush()) {
+            let synced = files.iter().all(|f| match f.sync_data() {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "segment sync failed");
+                    false
+                }
+            });
+            if synced {
+                let _ = p.with_log(|l| l.mark_flushed(upto));
+            }
+        }
+    }
+}
+
+pub fn spawn_all(set: &mut JoinSet<()>, broker: Arc<Broker>, token: CancellationToken) {
+    let c = &broker.config;
+    let (retention, flush, checkpoint) = (c.retention_check_interval_ms, c.flush_scheduler_interval_ms, c.flush_checkpoint_interval_ms);
+    let b = broker.clone();
+    set.spawn(every(retention, token.child_token(), move || {
+        let b = b.clone();
+        tokio::task::spawn_blocking(move || retention_pass(&b))
+    }));
+    let b = broker.clone();
+    set.spawn(every(flush, token.child_token(), move || {
+        let b = b.clone();
+        tokio::task::spawn_blocking(move || flush_pass(&b))
+    }));
+    let b = broker;
+    set.spawn(every(checkpoint, token.child_token(), move || {
+        let b = b.clone();
+        tokio::task::spawn_blocking(move || b.write_checkpoints())
+    }));
+}

@@ -1,0 +1,220 @@
+//! Topic-level configs: names, validation, the broker keys they default to, and resolution into
+//! a [`LogConfig`]. DescribeConfigs answers from here with Kafka's sources and synonyms.
+
+use std::collections::BTreeMap;
+
+use oxbow_log::{LogConfig, TargetCompression};
+
+use crate::config::{BrokerConfig, Kind};
+
+/// DescribeConfigs config sources (Kafka's `ConfigSource`).
+pub mod source {
+    pub const DYNAMIC_TOPIC_CONFIG: i8 = 1;
+    pub const STATIC_BROKER_CONFIG: i8 = 4;
+    pub const DEFAULT_CONFIG: i8 = 5;
+}
+
+/// One topic key.
+#[derive(Debug, Clone, Copy)]
+pub struct TopicKeyDef {
+    pub name: &'static str,
+    /// The broker key it defaults to (synonyms listed in precedence order by [`broker_synonyms`]).
+    pub broker_key: &'static str,
+    pub kind: Kind,
+    pub doc: &'static str,
+}
+
+const I32: i64 = i32::MAX as i64;
+const LONG: i64 = i64::MAX;
+
+pub const TOPIC_KEYS: &[TopicKeyDef] = &[
+    TopicKeyDef { name: "cleanup.policy", broker_key: "log.cleanup.policy", kind: Kind::Choice(&["delete"]), doc: "`delete` (retention by time and size). `compact` is refused until compaction exists." },
+    TopicKeyDef { name: "compression.type", broker_key: "compression.type", kind: Kind::Choice(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]), doc: "`producer` keeps batches as sent; other values recompress on append." },
+    TopicKeyDef { name: "flush.messages", broker_key: "log.flush.interval.messages", kind: Kind::Int { min: 1, max: LONG }, doc: "fsync after this many unflushed records." },
+    TopicKeyDef { name: "flush.ms", broker_key: "log.flush.interval.ms", kind: Kind::Int { min: 0, max: LONG }, doc: "fsync when the oldest unflushed write is this old." },
+    TopicKeyDef { name: "index.interval.bytes", broker_key: "log.index.interval.bytes", kind: Kind::Int { min: 0, max: I32 }, doc: "Bytes between offset index entries." },
+    TopicKeyDef { name: "max.message.bytes", broker_key: "message.max.bytes", kind: Kind::Int { min: 0, max: I32 }, doc: "Largest record batch accepted." },
+    TopicKeyDef { name: "message.timestamp.type", broker_key: "log.message.timestamp.type", kind: Kind::Choice(&["CreateTime", "LogAppendTime"]), doc: "Producer timestamps or broker append time." },
+    TopicKeyDef { name: "min.insync.replicas", broker_key: "min.insync.replicas", kind: Kind::Int { min: 1, max: I32 }, doc: "In-sync replicas needed for acks=all." },
+    TopicKeyDef { name: "retention.bytes", broker_key: "log.retention.bytes", kind: Kind::Int { min: -1, max: LONG }, doc: "Size limit per partition; -1 for none." },
+    TopicKeyDef { name: "retention.ms", broker_key: "log.retention.ms", kind: Kind::Int { min: -1, max: LONG }, doc: "Age limit of sealed segments; -1 for none." },
+    TopicKeyDef { name: "segment.bytes", broker_key: "log.segment.bytes", kind: Kind::Int { min: 14, max: I32 }, doc: "Segment size." },
+    TopicKeyDef { name: "segment.index.bytes", broker_key: "log.index.size.max.bytes", kind: Kind::Int { min: 12, max: I32 }, doc: "Preallocated index size." },
+    TopicKeyDef { name: "segment.ms", broker_key: "log.roll.ms", kind: Kind::Int { min: 1, max: LONG }, doc: "Roll a non-empty segment this old." },
+    TopicKeyDef { name: "unclean.leader.election.enable", broker_key: "unclean.leader.election.enable", kind: Kind::Bool, doc: "Allow unclean leader election (with replication)." },
+];
+
+pub fn topic_key(name: &str) -> Option<&'static TopicKeyDef> {
+    TOPIC_KEYS.iter().find(|k| k.name == name)
+}
+
+/// Broker keys a topic key falls back to, in precedence order.
+pub fn broker_synonyms(topic_key: &str) -> &'static [&'static str] {
+    match topic_key {
+        "retention.ms" => &["log.retention.ms", "log.retention.minutes", "log.retention.hours"],
+        "segment.ms" => &["log.roll.ms", "log.roll.hours"],
+        "cleanup.policy" => &["log.cleanup.policy"],
+        "compression.type" => &["compression.type"],
+        "flush.messages" => &["log.flush.interval.messages"],
+        "flush.ms" => &["log.flush.interval.ms"],
+        "index.interval.bytes" => &["log.index.interval.bytes"],
+        "max.message.bytes" => &["message.max.bytes"],
+        "message.timestamp.type" => &["log.message.timestamp.type"],
+        "min.insync.replicas" => &["min.insync.replicas"],
+        "retention.bytes" => &["log.retention.bytes"],
+        "segment.bytes" => &["log.segment.bytes"],
+        "segment.index.bytes" => &["log.index.size.max.bytes"],
+        "unclean.leader.election.enable" => &["unclean.leader.election.enable"],
+        _ => &[],
+    }
+}
+
+/// Why a topic config was refused (maps to INVALID_CONFIG).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidTopicConfig(pub String);
+
+/// Validates one `key=value` for a topic.
+pub fn validate(key: &str, value: Option<&str>) -> Result<(), InvalidTopicConfig> {
+    let def = topic_key(key).ok_or_else(|| InvalidTopicConfig(format!("unknown topic config {key:?}")))?;
+    let value = value.ok_or_else(|| InvalidTopicConfig(format!("{key}: null value")))?;
+    if key == "cleanup.policy" && value.split(',').any(|p| p.trim() == "compact") {
+        return Err(InvalidTopicConfig("cleanup.policy=compact: log compaction is not implemented yet".into()));
+    }
+    if !def.kind.check(value) {
+        return Err(InvalidTopicConfig(format!("invalid value {value:?} for {key}: expected {}", def.kind.accepted())));
+    }
+    Ok(())
+}
+
+/// The broker-derived default of a topic key, as a string.
+pub fn broker_default(broker: &BrokerConfig, key: &str) -> String {
+    let l = &broker.log;
+    match key {
+        "retention.ms" => l.retention_ms.to_string(),
+        "segment.ms" => l.segment_ms.to_string(),
+        "flush.ms" => l.flush_ms.to_string(),
+        "min.insync.replicas" => broker.min_insync_replicas.to_string(),
+        _ => broker_synonyms(key)
+            .first()
+            .and_then(|k| broker.values.get(k).cloned().flatten())
+            .unwrap_or_default(),
+    }
+}
+
+/// Effective log settings of a topic: its overrides over the broker's defaults.
+pub fn resolve(broker: &BrokerConfig, overrides: &BTreeMap<String, String>) -> LogConfig {
+    let mut c = broker.log.clone();
+    let int = |k: &str| overrides.get(k).and_then(|v| v.trim().parse::<i64>().ok());
+    if let Some(v) = int("segment.bytes") {
+        c.segment_bytes = v as u64;
+    }
+    if let Some(v) = int("segment.ms") {
+        c.segment_ms = v;
+    }
+    if let Some(v) = int("retention.ms") {
+        c.retention_ms = v;
+    }
+    if let Some(v) = int("retention.bytes") {
+        c.retention_bytes = v;
+    }
+    if let Some(v) = int("index.interval.bytes") {
+        c.index_interval_bytes = v as u64;
+    }
+    if let Some(v) = int("segment.index.bytes") {
+        c.segment_index_bytes = v as u64;
+    }
+    if let Some(v) = int("flush.messages") {
+        c.flush_messages = v;
+    }
+    if let Some(v) = int("flush.ms") {
+        c.flush_ms = v;
+    }
+    if let Some(v) = int("max.message.bytes") {
+        c.max_message_bytes = v as usize;
+    }
+    if let Some(v) = overrides.get("compression.type").and_then(|v| TargetCompression::parse(v.trim())) {
+        c.compression = v;
+    }
+    if let Some(v) = overrides.get("message.timestamp.type") {
+        c.log_append_time = v.trim() == "LogAppendTime";
+    }
+    c
+}
+
+/// The min.insync.replicas in force for a topic.
+pub fn min_insync(broker: &BrokerConfig, overrides: &BTreeMap<String, String>) -> i32 {
+    overrides.get("min.insync.replicas").and_then(|v| v.parse().ok()).unwrap_or(broker.min_insync_replicas)
+}
+
+/// One DescribeConfigs entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Described {
+    pub name: &'static str,
+    pub value: String,
+    pub source: i8,
+    pub config_type: i8,
+    pub doc: &'static str,
+    /// (name, value, source), most specific first.
+    pub synonyms: Vec<(String, String, i8)>,
+}
+
+/// Describes a topic's configs: every key (or those in `only`), with sources and synonyms.
+pub fn describe(broker: &BrokerConfig, overrides: &BTreeMap<String, String>, only: Option<&[String]>) -> Vec<Described> {
+    let mut out = Vec::new();
+    for def in TOPIC_KEYS {
+        if only.is_some_and(|o| !o.iter().any(|k| k == def.name)) {
+            continue;
+        }
+        let mut synonyms = Vec::new();
+        if let Some(v) = overrides.get(def.name) {
+            synonyms.push((def.name.to_string(), v.clone(), source::DYNAMIC_TOPIC_CONFIG));
+        }
+        for bk in broker_synonyms(def.name) {
+            if let Some(v) = broker.explicit.get(*bk) {
+                synonyms.push((bk.to_string(), v.clone(), source::STATIC_BROKER_CONFIG));
+            }
+        }
+        let main_broker_key = broker_synonyms(def.name).first().copied().unwrap_or(def.broker_key);
+        let default = crate::config::key_def(main_broker_key).and_then(|k| k.default).map(str::to_string).unwrap_or_else(|| broker_default(broker, def.name));
+        synonyms.push((main_broker_key.to_string(), default, source::DEFAULT_CONFIG));
+        let (value, source) = match overrides.get(def.name) {
+            Some(v) => (v.clone(), source::DYNAMIC_TOPIC_CONFIG),
+            None => {
+                let explicit = broker_synonyms(def.name).iter().any(|k| broker.explicit.contains_key(*k));
+                (broker_default(broker, def.name), if explicit { source::STATIC_BROKER_CONFIG } else { source::DEFAULT_CONFIG })
+            }
+        };
+        out.push(Described { name: def.name, value, source, config_type: def.kind.config_type(), doc: def.doc, synonyms });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_and_sources() {
+        let broker = BrokerConfig::default_for_tests();
+        let mut o = BTreeMap::new();
+        o.insert("retention.ms".to_string(), "1000".to_string());
+        o.insert("segment.bytes".to_string(), "20000".to_string());
+        let c = resolve(&broker, &o);
+        assert_eq!((c.retention_ms, c.segment_bytes), (1000, 20000));
+        let d = describe(&broker, &o, None);
+        let r = d.iter().find(|e| e.name == "retention.ms");
+        assert_eq!(r.map(|e| (e.value.as_str(), e.source)), Some(("1000", source::DYNAMIC_TOPIC_CONFIG)));
+        let s = d.iter().find(|e| e.name == "max.message.bytes");
+        assert_eq!(s.map(|e| (e.value.as_str(), e.source)), Some(("1048588", source::DEFAULT_CONFIG)));
+        assert_eq!(d.len(), TOPIC_KEYS.len());
+    }
+
+    #[test]
+    fn validation() {
+        assert!(validate("retention.ms", Some("-1")).is_ok());
+        assert!(validate("retention.ms", Some("x")).is_err());
+        assert!(validate("no.such", Some("1")).is_err());
+        assert!(validate("cleanup.policy", Some("compact")).is_err());
+    }
+}
