@@ -1,0 +1,164 @@
+//! Helpers for the server's integration tests: an in-process broker on a free loopback port
+//! and a minimal Kafka client built on the kafka-protocol crate.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use oxbow_server::{BrokerConfig, Server};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+
+pub struct TestBroker {
+    pub addr: SocketAddr,
+    pub dir: tempfile::TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestBroker {
+    pub async fn start(extra: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        Self::start_in(dir, extra).await
+    }
+
+    pub async fn start_in(dir: tempfile::TempDir, extra: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let mut overrides = vec![
+            "listeners=PLAINTEXT://127.0.0.1:0".to_string(),
+            format!("log.dirs={}", dir.path().display()),
+            "num.partitions=2".to_string(),
+        ];
+        overrides.extend(extra.iter().map(|(k, v)| format!("{k}={v}")));
+        let config = BrokerConfig::load(None, &overrides)?;
+        let server = Server::bind(config).await?;
+        let addr = server.local_addr()?;
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async move {
+            let _ = rx.await;
+        }));
+        Ok(Self { addr, dir, stop: Some(tx), task: Some(task) })
+    }
+
+    /// Clean shutdown; returns the data dir for a restart.
+    pub async fn stop(mut self) -> anyhow::Result<tempfile::TempDir> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.await??;
+        }
+        Ok(self.dir)
+    }
+
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        Client::connect(self.addr).await
+    }
+}
+
+pub struct Client {
+    pub stream: TcpStream,
+    correlation: i32,
+}
+
+impl Client {
+    pub async fn connect(addr: SocketAddr) -> anyhow::Result<Self> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Self { stream, correlation: 0 })
+    }
+
+    pub fn frame<R: Request>(&mut self, version: i16, req: &R) -> anyhow::Result<Bytes> {
+        self.correlation += 1;
+        let mut header = RequestHeader::default();
+        header.request_api_key = R::KEY;
+        header.request_api_version = version;
+        header.correlation_id = self.correlation;
+        header.client_id = Some(StrBytes::from_static_str("oxbow-test"));
+        let mut body = BytesMut::new();
+        let key = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("key"))?;
+        header.encode(&mut body, key.request_header_version(version))?;
+        req.encode(&mut body, version)?;
+        let mut out = BytesMut::with_capacity(body.len() + 4);
+        out.put_i32(body.len() as i32);
+        out.extend_from_slice(&body);
+        Ok(out.freeze())
+    }
+
+    /// Sends a request and decodes its response.
+    pub async fn send<R: Request>(&mut self, version: i16, req: &R) -> anyhow::Result<R::Response> {
+        let frame = self.frame(version, req)?;
+        self.stream.write_all(&frame).await?;
+        let mut body = self.read_frame().await?;
+        let corr = body.get_i32();
+        anyhow::ensure!(corr == self.correlation, "correlation id {corr}, expected {}", self.correlation);
+        let key = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("key"))?;
+        let hv = if key == ApiKey::ApiVersions { 0 } else { key.response_header_version(version) };
+        if hv >= 1 {
+            let tagged = body.get_u8();
+            anyhow::ensure!(tagged == 0, "tagged fields in response header");
+        }
+        let resp = R::Response::decode(&mut body, version)?;
+        anyhow::ensure!(body.is_empty(), "{} trailing bytes in response", body.len());
+        Ok(resp)
+    }
+
+    pub async fn read_frame(&mut self) -> anyhow::Result<Bytes> {
+        let size = tokio::time::timeout(Duration::from_secs(10), self.stream.read_i32()).await??;
+        let mut body = vec![0u8; usize::try_from(size)?];
+        tokio::time::timeout(Duration::from_secs(10), self.stream.read_exact(&mut body)).await??;
+        Ok(Bytes::from(body))
+    }
+
+    /// True if the broker closed the connection (EOF or reset) within a few seconds.
+    pub async fn is_closed(&mut self) -> bool {
+        let mut buf = [0u8; 1024];
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), self.stream.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return true,
+                Ok(Ok(_)) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+pub fn record(i: i64, ts: i64) -> Record {
+    Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: i,
+        sequence: i as i32 - 1,
+        timestamp: ts,
+        key: Some(Bytes::from(format!("key-{i}"))),
+        value: Some(Bytes::from(format!("value-{i}"))),
+        headers: Default::default(),
+    }
+}
+
+/// One producer batch of `n` records; `producer` = (id, epoch, base sequence).
+pub fn batch(n: i64, ts0: i64, compression: Compression, producer: Option<(i64, i16, i32)>) -> Bytes {
+    let recs: Vec<Record> = (0..n)
+        .map(|i| {
+            let mut r = record(i, ts0 + i);
+            if let Some((id, epoch, seq)) = producer {
+                r.producer_id = id;
+                r.producer_epoch = epoch;
+                r.sequence = seq + i as i32;
+            }
+            r
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(&mut buf, &recs, &RecordEncodeOptions { version: 2, compression }).expect("encode");
+    buf.freeze()
+}
