@@ -175,7 +175,10 @@ pub fn validate_produce(records: &[u8], max_batch_bytes: usize) -> Result<Vec<Va
         }
         let batch_length = be_i32(rest, 8);
         if rest.len() >= 17 && rest[16] != 2 {
-            return Err(BatchError::InvalidRecord(format!("magic {} (only v2 record batches are accepted)", rest[16] as i8)));
+            return Err(BatchError::InvalidRecord(format!(
+                "magic {} (only v2 record batches are accepted)",
+                rest[16] as i8
+            )));
         }
         let total = usize::try_from(batch_length).ok().map(|l| l + LOG_OVERHEAD);
         let total = match total {
@@ -192,7 +195,10 @@ pub fn validate_produce(records: &[u8], max_batch_bytes: usize) -> Result<Vec<Va
         let header = BatchHeader::parse(batch).ok_or_else(|| BatchError::Corrupt("short header".into()))?;
         let crc = compute_crc(batch);
         if crc != header.crc {
-            return Err(BatchError::Corrupt(format!("CRC32C mismatch: batch says {:#010x}, computed {crc:#010x}", header.crc)));
+            return Err(BatchError::Corrupt(format!(
+                "CRC32C mismatch: batch says {:#010x}, computed {crc:#010x}",
+                header.crc
+            )));
         }
         check_header(&header)?;
         if header.codec() == Some(Codec::None) {
@@ -244,11 +250,13 @@ fn check_uncompressed_records(mut payload: &[u8], count: i32) -> Result<(), Batc
     for i in 0..count {
         let (len, used) = read_varint(payload).ok_or_else(|| bad(format!("record {i}: bad length")))?;
         let len = usize::try_from(len).map_err(|_| bad(format!("record {i}: negative length")))?;
-        let body = payload.get(used..used + len).ok_or_else(|| bad(format!("record {i}: length {len} past the batch")))?;
+        let body =
+            payload.get(used..used + len).ok_or_else(|| bad(format!("record {i}: length {len} past the batch")))?;
         // attributes (1 byte), timestamp delta (varlong), offset delta (varint)
         let after_attrs = body.get(1..).ok_or_else(|| bad(format!("record {i}: empty")))?;
         let (_, ts_len) = read_varint(after_attrs).ok_or_else(|| bad(format!("record {i}: bad timestamp delta")))?;
-        let (delta, _) = read_varint(&after_attrs[ts_len..]).ok_or_else(|| bad(format!("record {i}: bad offset delta")))?;
+        let (delta, _) =
+            read_varint(&after_attrs[ts_len..]).ok_or_else(|| bad(format!("record {i}: bad offset delta")))?;
         if delta != i64::from(i) {
             return Err(BatchError::InvalidRecord(format!("record {i} has offset delta {delta}")));
         }

@@ -29,7 +29,11 @@ pub enum LogError {
     #[error("segment full: a single batch of {size} bytes does not fit in segment.bytes={max}")]
     BatchLargerThanSegment { size: usize, max: u64 },
     #[error("I/O error on {path}: {source}")]
-    Io { path: PathBuf, #[source] source: std::io::Error },
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("log corrupt in {path}: {reason}")]
     Corrupt { path: PathBuf, reason: String },
 }

@@ -132,10 +132,14 @@ impl<E: Entry> IndexReader<E> {
         let map = MmapFile::open(path).map_err(LogError::io(path))?;
         let len = map.bytes().len();
         if len % E::SIZE != 0 {
-            return Err(LogError::Corrupt { path: path.into(), reason: format!("index size {len} is not a multiple of {}", E::SIZE) });
+            return Err(LogError::Corrupt {
+                path: path.into(),
+                reason: format!("index size {len} is not a multiple of {}", E::SIZE),
+            });
         }
         let entries = len / E::SIZE;
-        sanity_check::<E>(map.bytes(), entries, log_size).map_err(|reason| LogError::Corrupt { path: path.into(), reason })?;
+        sanity_check::<E>(map.bytes(), entries, log_size)
+            .map_err(|reason| LogError::Corrupt { path: path.into(), reason })?;
         Ok(Self { map, entries, path: path.into(), _e: PhantomData })
     }
     pub fn lookup(&self, key: i64) -> Option<E> {
@@ -180,7 +184,8 @@ impl<E: Entry> IndexWriter<E> {
         if old_len % E::SIZE as u64 != 0 || entries > capacity {
             return Err(LogError::Corrupt { path: path.into(), reason: format!("index size {old_len}") });
         }
-        sanity_check::<E>(map.bytes(), entries, log_size).map_err(|reason| LogError::Corrupt { path: path.into(), reason })?;
+        sanity_check::<E>(map.bytes(), entries, log_size)
+            .map_err(|reason| LogError::Corrupt { path: path.into(), reason })?;
         Ok(Self { map, entries, capacity, path: path.into(), _e: PhantomData })
     }
 

@@ -91,15 +91,17 @@ impl ReadPlan {
             }
             end = at + h.total_size();
         }
-        if end == 0 && self.min_one {
-            if let Some(h) = BatchHeader::parse(&buf) {
-                if h.base_offset < self.max_offset && h.total_size() >= HEADER_LEN && h.total_size() as u64 <= avail {
-                    if h.total_size() > buf.len() {
-                        buf = read_at(&self.file, &self.path, self.pos, h.total_size())?;
-                    }
-                    end = h.total_size();
-                }
+        if end == 0
+            && self.min_one
+            && let Some(h) = BatchHeader::parse(&buf)
+            && h.base_offset < self.max_offset
+            && h.total_size() >= HEADER_LEN
+            && h.total_size() as u64 <= avail
+        {
+            if h.total_size() > buf.len() {
+                buf = read_at(&self.file, &self.path, self.pos, h.total_size())?;
             }
+            end = h.total_size();
         }
         buf.truncate(end);
         Ok(Bytes::from(buf))
@@ -142,12 +144,11 @@ fn list_offsets(dir: &Path, ext: &str) -> Result<Vec<i64>> {
         let entry = entry.map_err(LogError::io(dir))?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if let Some(stem) = name.strip_suffix(&format!(".{ext}")) {
-            if stem.len() == 20 {
-                if let Ok(o) = stem.parse::<i64>() {
-                    out.push(o);
-                }
-            }
+        if let Some(stem) = name.strip_suffix(&format!(".{ext}"))
+            && stem.len() == 20
+            && let Ok(o) = stem.parse::<i64>()
+        {
+            out.push(o);
         }
     }
     out.sort_unstable();
@@ -227,12 +228,11 @@ impl Log {
                     None => opts.log_start_offset.unwrap_or(0),
                 };
                 let a = ActiveSegment::create(dir, start, s, opts.now_ms)?;
-                if let Some(last) = sealed.last_key_value().map(|(k, _)| *k) {
-                    if sealed.get(&last).is_some_and(|seg| seg.core.size == 0) {
-                        if let Some(seg) = sealed.remove(&last) {
-                            seg.delete();
-                        }
-                    }
+                if let Some(last) = sealed.last_key_value().map(|(k, _)| *k)
+                    && sealed.get(&last).is_some_and(|seg| seg.core.size == 0)
+                    && let Some(seg) = sealed.remove(&last)
+                {
+                    seg.delete();
                 }
                 a
             }
@@ -292,7 +292,15 @@ impl Log {
         let segs: Vec<(Arc<File>, PathBuf, i64, i64, u64)> = self
             .sealed
             .values()
-            .map(|s| (s.core.file.clone(), s.core.log_path.clone(), s.core.base_offset, s.core.next_offset, s.lookup_position(from)))
+            .map(|s| {
+                (
+                    s.core.file.clone(),
+                    s.core.log_path.clone(),
+                    s.core.base_offset,
+                    s.core.next_offset,
+                    s.lookup_position(from),
+                )
+            })
             .chain(std::iter::once((
                 self.active.core.file.clone(),
                 self.active.core.log_path.clone(),
@@ -377,7 +385,13 @@ impl Log {
 
     /// Appends validated producer batches from `records` (the produce request's record set),
     /// assigning offsets from the log end and stamping `leader_epoch`.
-    pub fn append(&mut self, records: &[u8], batches: &[ValidBatch], leader_epoch: i32, now_ms: i64) -> Result<AppendResult> {
+    pub fn append(
+        &mut self,
+        records: &[u8],
+        batches: &[ValidBatch],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendResult> {
         // Idempotence first: a retry of batches already written is answered, not appended.
         for b in batches {
             match self.producers.check(&b.header)? {
@@ -412,9 +426,14 @@ impl Log {
                 batch::set_log_append_time(bytes, now_ms);
             }
             batch::patch_offset_and_epoch(bytes, next, leader_epoch);
-            let h = BatchHeader::parse(bytes).ok_or_else(|| LogError::Batch(crate::error::BatchError::Corrupt("short batch".into())))?;
+            let h = BatchHeader::parse(bytes)
+                .ok_or_else(|| LogError::Batch(crate::error::BatchError::Corrupt("short batch".into())))?;
             if buf.len() - start > self.config.max_message_bytes {
-                return Err(crate::error::BatchError::TooLarge { size: buf.len() - start, max: self.config.max_message_bytes }.into());
+                return Err(crate::error::BatchError::TooLarge {
+                    size: buf.len() - start,
+                    max: self.config.max_message_bytes,
+                }
+                .into());
             }
             next = h.next_offset();
             placed.push((start..buf.len(), h));
@@ -422,7 +441,13 @@ impl Log {
         let (Some(first), Some(last)) = (placed.first().map(|p| p.1), placed.last().map(|p| p.1)) else {
             return Err(crate::error::BatchError::InvalidRecord("no batches".into()).into());
         };
-        if self.active.needs_roll(buf.len() as u64, last.last_offset(), self.config.segment_bytes, self.config.segment_ms, now_ms) {
+        if self.active.needs_roll(
+            buf.len() as u64,
+            last.last_offset(),
+            self.config.segment_bytes,
+            self.config.segment_ms,
+            now_ms,
+        ) {
             self.roll(now_ms)?;
         }
         self.active.append(&buf, &placed)?;
@@ -459,7 +484,9 @@ impl Log {
 
     /// Whether `flush.ms` says the log is due for a flush.
     pub fn flush_due(&self, now_ms: i64) -> bool {
-        self.unflushed_messages > 0 && self.config.flush_ms != i64::MAX && now_ms - self.last_flush_ms >= self.config.flush_ms
+        self.unflushed_messages > 0
+            && self.config.flush_ms != i64::MAX
+            && now_ms - self.last_flush_ms >= self.config.flush_ms
     }
 
     /// fsyncs everything written so far and moves the recovery point to the log end.
@@ -504,7 +531,14 @@ impl Log {
             return Ok(ReadStart::Empty);
         }
         let mut found = None;
-        for seg in self.sealed.range(..=offset).next_back().into_iter().map(|(_, s)| s).chain(self.sealed.range(offset + 1..).map(|(_, s)| s)) {
+        for seg in self
+            .sealed
+            .range(..=offset)
+            .next_back()
+            .into_iter()
+            .map(|(_, s)| s)
+            .chain(self.sealed.range(offset + 1..).map(|(_, s)| s))
+        {
             if seg.core.next_offset <= offset {
                 continue;
             }
@@ -513,10 +547,10 @@ impl Log {
                 break;
             }
         }
-        if found.is_none() {
-            if let Some((pos, _)) = self.active.core.find_batch(offset, self.active.lookup_position(offset))? {
-                found = Some((&self.active.core, pos));
-            }
+        if found.is_none()
+            && let Some((pos, _)) = self.active.core.find_batch(offset, self.active.lookup_position(offset))?
+        {
+            found = Some((&self.active.core, pos));
         }
         let Some((core, pos)) = found else { return Ok(ReadStart::Empty) };
         Ok(ReadStart::Plan(ReadPlan {
@@ -532,7 +566,11 @@ impl Log {
 
     /// The first offset whose record timestamp is >= `ts`, with that timestamp (ListOffsets).
     pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>> {
-        let cores = self.sealed.values().map(|s| (&s.core, s.lookup_time(ts))).chain(std::iter::once((&self.active.core, self.active.lookup_time(ts))));
+        let cores = self
+            .sealed
+            .values()
+            .map(|s| (&s.core, s.lookup_time(ts)))
+            .chain(std::iter::once((&self.active.core, self.active.lookup_time(ts))));
         for (core, hint) in cores {
             if core.max_timestamp < ts || core.next_offset <= self.log_start_offset {
                 continue;
@@ -547,10 +585,10 @@ impl Log {
                     continue;
                 }
                 let bytes = core.read_batch(at, &h)?;
-                if let Some((o, t)) = first_record_at_or_after(&bytes, &h, ts)? {
-                    if o >= self.log_start_offset {
-                        return Ok(Some((o, t)));
-                    }
+                if let Some((o, t)) = first_record_at_or_after(&bytes, &h, ts)?
+                    && o >= self.log_start_offset
+                {
+                    return Ok(Some((o, t)));
                 }
             }
         }
@@ -592,7 +630,12 @@ impl Log {
     }
 
     fn delete_segments_below_start(&mut self) {
-        let dead: Vec<i64> = self.sealed.values().filter(|s| s.core.next_offset <= self.log_start_offset).map(|s| s.core.base_offset).collect();
+        let dead: Vec<i64> = self
+            .sealed
+            .values()
+            .filter(|s| s.core.next_offset <= self.log_start_offset)
+            .map(|s| s.core.base_offset)
+            .collect();
         for b in dead {
             if let Some(s) = self.sealed.remove(&b) {
                 s.delete();
@@ -608,11 +651,14 @@ impl Log {
         }
         let mut deleted = 0;
         let mut size = self.size_bytes() as i64;
-        loop {
-            let Some((&base, oldest)) = self.sealed.iter().next() else { break };
-            let by_time = self.config.retention_ms >= 0 && oldest.core.max_timestamp >= 0 && now_ms - oldest.core.max_timestamp > self.config.retention_ms;
-            let by_time = by_time || (self.config.retention_ms >= 0 && oldest.core.max_timestamp < 0 && oldest.core.size == 0);
-            let by_size = self.config.retention_bytes >= 0 && size - oldest.core.size as i64 >= self.config.retention_bytes;
+        while let Some((&base, oldest)) = self.sealed.iter().next() {
+            let by_time = self.config.retention_ms >= 0
+                && oldest.core.max_timestamp >= 0
+                && now_ms - oldest.core.max_timestamp > self.config.retention_ms;
+            let by_time =
+                by_time || (self.config.retention_ms >= 0 && oldest.core.max_timestamp < 0 && oldest.core.size == 0);
+            let by_size =
+                self.config.retention_bytes >= 0 && size - oldest.core.size as i64 >= self.config.retention_bytes;
             // Segments must also end below the high watermark: nothing unreplicated is deleted.
             if !(by_time || by_size) || oldest.core.next_offset > self.high_watermark {
                 break;
@@ -634,7 +680,10 @@ impl Log {
     /// Rolls the active segment if `segment.ms` has passed (checked periodically so that idle
     /// partitions roll too and retention can reach their data).
     pub fn roll_if_expired(&mut self, now_ms: i64) -> Result<bool> {
-        if self.active.core.size > 0 && self.config.segment_ms > 0 && now_ms - self.active.created_ms >= self.config.segment_ms {
+        if self.active.core.size > 0
+            && self.config.segment_ms > 0
+            && now_ms - self.active.created_ms >= self.config.segment_ms
+        {
             self.roll(now_ms)?;
             return Ok(true);
         }
@@ -669,6 +718,9 @@ fn first_record_at_or_after(bytes: &[u8], h: &BatchHeader, ts: i64) -> Result<Op
         return Ok((h.max_timestamp >= ts).then_some((h.base_offset, h.max_timestamp)));
     }
     let mut b = Bytes::copy_from_slice(bytes);
-    let set = RecordBatchDecoder::decode(&mut b).map_err(|e| LogError::Corrupt { path: PathBuf::new(), reason: format!("cannot decode batch at {}: {e}", h.base_offset) })?;
+    let set = RecordBatchDecoder::decode(&mut b).map_err(|e| LogError::Corrupt {
+        path: PathBuf::new(),
+        reason: format!("cannot decode batch at {}: {e}", h.base_offset),
+    })?;
     Ok(set.records.iter().find(|r| r.timestamp >= ts).map(|r| (r.offset, r.timestamp)))
 }

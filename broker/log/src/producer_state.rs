@@ -69,7 +69,11 @@ impl ProducerState {
             return Ok(SeqCheck::Append);
         };
         if h.producer_epoch < entry.epoch {
-            return Err(LogError::ProducerFenced { producer_id: h.producer_id, current: entry.epoch, got: h.producer_epoch });
+            return Err(LogError::ProducerFenced {
+                producer_id: h.producer_id,
+                current: entry.epoch,
+                got: h.producer_epoch,
+            });
         }
         let (first, last) = (h.base_sequence, h.last_sequence());
         if h.producer_epoch == entry.epoch {
@@ -237,7 +241,10 @@ mod tests {
             Ok(SeqCheck::Duplicate(m)) => assert_eq!((m.first_offset, m.last_offset), (100, 104)),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(s.check(&hdr(7, 0, 12, 1, 0)), Err(LogError::OutOfOrderSequence { expected: 10, got: 12, .. })));
+        assert!(matches!(
+            s.check(&hdr(7, 0, 12, 1, 0)),
+            Err(LogError::OutOfOrderSequence { expected: 10, got: 12, .. })
+        ));
         assert!(matches!(s.check(&hdr(7, -1, 10, 1, 0)), Err(LogError::ProducerFenced { .. })));
         // a new epoch must start at 0
         assert!(s.check(&hdr(7, 1, 3, 1, 0)).is_err());

@@ -27,9 +27,14 @@ pub fn recompress(batch: &[u8], h: &BatchHeader, target: TargetCompression) -> R
         return Ok(None);
     }
     let mut input = Bytes::copy_from_slice(batch);
-    let mut set = RecordBatchDecoder::decode(&mut input).map_err(|e| BatchError::Corrupt(format!("cannot decode records: {e}")))?;
+    let mut set = RecordBatchDecoder::decode(&mut input)
+        .map_err(|e| BatchError::Corrupt(format!("cannot decode records: {e}")))?;
     if set.records.len() != h.record_count as usize {
-        return Err(BatchError::InvalidRecord(format!("batch says {} records, holds {}", h.record_count, set.records.len())));
+        return Err(BatchError::InvalidRecord(format!(
+            "batch says {} records, holds {}",
+            h.record_count,
+            set.records.len()
+        )));
     }
     // The encoder starts a new batch whenever offset - sequence changes: make sequences step
     // with offsets (non-idempotent batches keep base sequence -1).

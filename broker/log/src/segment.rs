@@ -98,10 +98,10 @@ impl SegmentCore {
 
     fn delete_files(&self) {
         for p in [self.log_path.clone(), self.index_path(), self.time_index_path()] {
-            if let Err(e) = std::fs::remove_file(&p) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(path = %p.display(), error = %e, "could not delete segment file");
-                }
+            if let Err(e) = std::fs::remove_file(&p)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(path = %p.display(), error = %e, "could not delete segment file");
             }
         }
     }
@@ -215,7 +215,14 @@ impl ActiveSegment {
         };
         let offset_index = IndexWriter::create(&core.index_path(), s.max_index_bytes)?;
         let time_index = IndexWriter::create(&core.time_index_path(), s.max_index_bytes)?;
-        Ok(Self { core, offset_index, time_index, bytes_since_index: 0, index_interval: s.index_interval_bytes, created_ms: now_ms })
+        Ok(Self {
+            core,
+            offset_index,
+            time_index,
+            bytes_since_index: 0,
+            index_interval: s.index_interval_bytes,
+            created_ms: now_ms,
+        })
     }
 
     /// Opens the last segment of a log.
@@ -224,7 +231,13 @@ impl ActiveSegment {
     /// check and only the bytes after the last index entry are scanned. Otherwise (or if that
     /// fails) the whole file is scanned, the indexes rebuilt, and a torn or corrupt tail cut off;
     /// the reason for the cut is returned.
-    pub fn open(dir: &Path, base_offset: i64, s: SegmentSettings, trusted: bool, now_ms: i64) -> Result<(Self, Option<String>)> {
+    pub fn open(
+        dir: &Path,
+        base_offset: i64,
+        s: SegmentSettings,
+        trusted: bool,
+        now_ms: i64,
+    ) -> Result<(Self, Option<String>)> {
         if trusted {
             match Self::open_trusted(dir, base_offset, s, now_ms)? {
                 Ok(seg) => return Ok((seg, None)),
@@ -253,9 +266,15 @@ impl ActiveSegment {
         Ok((core, file_len))
     }
 
-    fn open_trusted(dir: &Path, base_offset: i64, s: SegmentSettings, now_ms: i64) -> Result<std::result::Result<Self, String>> {
+    fn open_trusted(
+        dir: &Path,
+        base_offset: i64,
+        s: SegmentSettings,
+        now_ms: i64,
+    ) -> Result<std::result::Result<Self, String>> {
         let (mut core, file_len) = Self::new_core(dir, base_offset)?;
-        let oi = match IndexWriter::<OffsetEntry>::open_existing(&core.index_path(), s.max_index_bytes, Some(file_len)) {
+        let oi = match IndexWriter::<OffsetEntry>::open_existing(&core.index_path(), s.max_index_bytes, Some(file_len))
+        {
             Ok(i) => i,
             Err(e) => return Ok(Err(e.to_string())),
         };
@@ -263,12 +282,20 @@ impl ActiveSegment {
             Ok(i) => i,
             Err(e) => return Ok(Err(e.to_string())),
         };
-        let (start_pos, start_offset) = oi.last().map_or((0, base_offset), |e| (u64::from(e.position), base_offset + i64::from(e.rel_offset)));
+        let (start_pos, start_offset) =
+            oi.last().map_or((0, base_offset), |e| (u64::from(e.position), base_offset + i64::from(e.rel_offset)));
         if let Some(t) = ti.last() {
             core.max_timestamp = t.timestamp;
             core.max_timestamp_batch = base_offset + i64::from(t.rel_offset);
         }
-        let mut seg = Self { core, offset_index: oi, time_index: ti, bytes_since_index: 0, index_interval: s.index_interval_bytes, created_ms: now_ms };
+        let mut seg = Self {
+            core,
+            offset_index: oi,
+            time_index: ti,
+            bytes_since_index: 0,
+            index_interval: s.index_interval_bytes,
+            created_ms: now_ms,
+        };
         let mut tail = Vec::new();
         let r = scan_log(&seg.core.file, &seg.core.log_path, start_pos, start_offset, |pos, h| tail.push((pos, *h)))?;
         if let Some(why) = r.truncated {
@@ -286,7 +313,14 @@ impl ActiveSegment {
         let (core, file_len) = Self::new_core(dir, base_offset)?;
         let offset_index = IndexWriter::create(&core.index_path(), s.max_index_bytes)?;
         let time_index = IndexWriter::create(&core.time_index_path(), s.max_index_bytes)?;
-        let mut seg = Self { core, offset_index, time_index, bytes_since_index: 0, index_interval: s.index_interval_bytes, created_ms: now_ms };
+        let mut seg = Self {
+            core,
+            offset_index,
+            time_index,
+            bytes_since_index: 0,
+            index_interval: s.index_interval_bytes,
+            created_ms: now_ms,
+        };
         let mut batches = Vec::new();
         let r = scan_log(&seg.core.file, &seg.core.log_path, 0, base_offset, |pos, h| batches.push((pos, *h)))?;
         for (pos, h) in &batches {
@@ -420,7 +454,13 @@ impl SealedSegment {
     /// cleanly, so a sane index is used as is. Otherwise (or when an index fails its sanity
     /// check) the segment is scanned; the scan's [`ScanResult::truncated`] tells the caller
     /// whether the log must be cut here.
-    pub fn open(dir: &Path, base_offset: i64, next_offset_hint: i64, trusted: bool, s: SegmentSettings) -> Result<(Self, Option<String>)> {
+    pub fn open(
+        dir: &Path,
+        base_offset: i64,
+        next_offset_hint: i64,
+        trusted: bool,
+        s: SegmentSettings,
+    ) -> Result<(Self, Option<String>)> {
         if trusted {
             let (mut core, file_len) = ActiveSegment::new_core(dir, base_offset)?;
             core.size = file_len;
@@ -436,7 +476,10 @@ impl SealedSegment {
                     return Ok((Self { core, offset_index, time_index, flushed: true }, None));
                 }
                 (oi, ti) => {
-                    let why = oi.err().or(ti.err()).map_or_else(|| "empty index for a non-empty segment".to_string(), |e| e.to_string());
+                    let why = oi
+                        .err()
+                        .or(ti.err())
+                        .map_or_else(|| "empty index for a non-empty segment".to_string(), |e| e.to_string());
                     tracing::warn!(segment = %core.log_path.display(), reason = %why, "index failed its sanity check; rebuilding");
                 }
             }

@@ -1,10 +1,13 @@
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 //! Partition log behaviour on a real filesystem: offsets, reads, rolling, retention, recovery
 //! from torn tails and damaged indexes, timestamps.
 
 use std::path::Path;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 use oxbow_log::batch::validate_produce;
 use oxbow_log::{Log, LogConfig, OpenOptions, ReadStart};
 
@@ -29,12 +32,18 @@ fn batch(n: i64, ts0: i64, payload: usize) -> Vec<u8> {
         })
         .collect();
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &recs, &RecordEncodeOptions { version: 2, compression: Compression::None }).expect("encode");
+    RecordBatchEncoder::encode(&mut buf, &recs, &RecordEncodeOptions { version: 2, compression: Compression::None })
+        .expect("encode");
     buf.to_vec()
 }
 
 fn open(dir: &Path, config: LogConfig, clean: bool, recovery_point: i64) -> Log {
-    let (log, _) = Log::open(dir, config, OpenOptions { clean_shutdown: clean, recovery_point, log_start_offset: None, now_ms: 0 }).expect("open");
+    let (log, _) = Log::open(
+        dir,
+        config,
+        OpenOptions { clean_shutdown: clean, recovery_point, log_start_offset: None, now_ms: 0 },
+    )
+    .expect("open");
     log
 }
 
@@ -94,7 +103,10 @@ fn offsets_reads_and_rolls() -> R {
     assert_eq!(all.len(), 500);
     assert!(all.iter().enumerate().all(|(i, (o, _))| *o == i as i64));
     // Reading from the middle of a batch returns the batch that contains the offset.
-    let plan = match log.read(7, 1 << 16, 500, true)? { ReadStart::Plan(p) => p, ReadStart::Empty => panic!("empty") };
+    let plan = match log.read(7, 1 << 16, 500, true)? {
+        ReadStart::Plan(p) => p,
+        ReadStart::Empty => panic!("empty"),
+    };
     let mut bytes = plan.execute()?;
     let first = RecordBatchDecoder::decode_all(&mut bytes)?;
     assert_eq!(first[0].records[0].offset, 5);
@@ -111,13 +123,19 @@ fn max_bytes_and_high_watermark_bound_reads() -> R {
     for i in 0..10 {
         append(&mut log, 2, i * 10, 200);
     }
-    let plan = match log.read(0, 100, log.high_watermark(), true)? { ReadStart::Plan(p) => p, ReadStart::Empty => panic!() };
+    let plan = match log.read(0, 100, log.high_watermark(), true)? {
+        ReadStart::Plan(p) => p,
+        ReadStart::Empty => panic!(),
+    };
     let bytes = plan.execute()?;
     // One batch is bigger than 100 bytes; min_one returns it whole.
     assert!(bytes.len() > 100);
     assert_eq!(RecordBatchDecoder::decode_all(&mut bytes.clone())?.len(), 1);
     // Nothing at or above the high watermark is returned.
-    let plan = match log.read(0, 1 << 20, 6, true)? { ReadStart::Plan(p) => p, ReadStart::Empty => panic!() };
+    let plan = match log.read(0, 1 << 20, 6, true)? {
+        ReadStart::Plan(p) => p,
+        ReadStart::Empty => panic!(),
+    };
     let mut bytes = plan.execute()?;
     let sets = RecordBatchDecoder::decode_all(&mut bytes)?;
     assert_eq!(sets.iter().map(|s| s.records.len()).sum::<usize>(), 6);
@@ -150,7 +168,8 @@ fn retention_by_size_and_time_never_deletes_the_active_segment() -> R {
     assert_eq!(log.segment_count(), 1);
     assert_eq!(log.log_end_offset(), 1000);
     // The data dir holds exactly the remaining segment.
-    let logs: Vec<_> = std::fs::read_dir(d.path())?.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "log")).collect();
+    let logs: Vec<_> =
+        std::fs::read_dir(d.path())?.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "log")).collect();
     assert_eq!(logs.len(), 1);
     Ok(())
 }
@@ -204,7 +223,12 @@ fn clean_reopen_keeps_everything() -> R {
 }
 
 fn last_log_file(dir: &Path) -> std::path::PathBuf {
-    let mut logs: Vec<_> = std::fs::read_dir(dir).expect("dir").flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "log")).collect();
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
     logs.sort();
     logs.pop().expect("a log file")
 }
@@ -238,7 +262,11 @@ fn torn_and_corrupt_tails_are_cut_and_intact_batches_kept() -> R {
         };
         std::fs::write(&last, &bytes)?;
         let base: i64 = last.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse().ok()).expect("base");
-        let (log, report) = Log::open(d.path(), small(), OpenOptions { clean_shutdown: false, recovery_point: 0, log_start_offset: None, now_ms: 0 })?;
+        let (log, report) = Log::open(
+            d.path(),
+            small(),
+            OpenOptions { clean_shutdown: false, recovery_point: 0, log_start_offset: None, now_ms: 0 },
+        )?;
         assert_eq!(report.truncated.len(), 1, "{damage}: {report:?}");
         let expected_end = base + 5 * intact_in_last as i64;
         assert_eq!(log.log_end_offset(), expected_end, "{damage}");
@@ -275,7 +303,10 @@ fn damaged_index_is_rebuilt() -> R {
     let all = read_all(&log, 0);
     assert_eq!(all.len(), 300);
     for o in [0, 17, 150, 299] {
-        let plan = match log.read(o, 1 << 16, 300, true)? { ReadStart::Plan(p) => p, ReadStart::Empty => panic!() };
+        let plan = match log.read(o, 1 << 16, 300, true)? {
+            ReadStart::Plan(p) => p,
+            ReadStart::Empty => panic!(),
+        };
         let mut b = plan.execute()?;
         let sets = RecordBatchDecoder::decode_all(&mut b)?;
         assert!(sets[0].records.iter().any(|r| r.offset == o), "offset {o}");

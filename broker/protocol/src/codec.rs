@@ -5,7 +5,7 @@
 //! header is always v0 (KIP-511) so that a client can read it whatever version it asked for.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader};
+use kafka_protocol::messages::{self, ApiKey, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::ProtocolError;
@@ -22,16 +22,18 @@ pub struct RawRequest {
 /// `api_version` is within the crate's range (see [`crate::versions`]).
 pub fn decode_header(api_key: ApiKey, version: i16, mut frame: Bytes) -> Result<RawRequest, ProtocolError> {
     let header_version = api_key.request_header_version(version);
-    let header = RequestHeader::decode(&mut frame, header_version)
-        .map_err(|e| ProtocolError::Decode { api: api_key, version, reason: format!("header: {e}") })?;
+    let header = RequestHeader::decode(&mut frame, header_version).map_err(|e| ProtocolError::Decode {
+        api: api_key,
+        version,
+        reason: format!("header: {e}"),
+    })?;
     Ok(RawRequest { api_key, header, body: frame })
 }
 
 /// Decodes a request body. Trailing bytes after the body are an error: a well-formed client never
 /// sends them, and accepting them would hide framing bugs.
 pub fn decode_body<T: Decodable>(api: ApiKey, version: i16, body: &mut Bytes) -> Result<T, ProtocolError> {
-    let value = T::decode(body, version)
-        .map_err(|e| ProtocolError::Decode { api, version, reason: e.to_string() })?;
+    let value = T::decode(body, version).map_err(|e| ProtocolError::Decode { api, version, reason: e.to_string() })?;
     if !body.is_empty() {
         return Err(ProtocolError::Decode { api, version, reason: format!("{} trailing bytes", body.len()) });
     }
@@ -59,6 +61,57 @@ pub fn encode_response<T: Encodable>(
     }
     body.encode(&mut buf, version).map_err(|e| err(e.to_string()))?;
     Ok(buf)
+}
+
+/// A request decoded into its typed body (only APIs in the version table).
+#[derive(Debug)]
+pub enum AnyRequest {
+    ApiVersions(messages::ApiVersionsRequest),
+    Metadata(messages::MetadataRequest),
+    Produce(messages::ProduceRequest),
+    Fetch(messages::FetchRequest),
+    ListOffsets(messages::ListOffsetsRequest),
+    CreateTopics(messages::CreateTopicsRequest),
+    DeleteTopics(messages::DeleteTopicsRequest),
+    CreatePartitions(messages::CreatePartitionsRequest),
+    DeleteRecords(messages::DeleteRecordsRequest),
+    InitProducerId(messages::InitProducerIdRequest),
+    DescribeCluster(messages::DescribeClusterRequest),
+    DescribeConfigs(messages::DescribeConfigsRequest),
+    AlterConfigs(messages::AlterConfigsRequest),
+    IncrementalAlterConfigs(messages::IncrementalAlterConfigsRequest),
+}
+
+/// Decodes a whole request frame (without the size prefix) the way the broker does: unknown
+/// APIs and unsupported versions are errors, never panics. Used by the fuzz target and tests.
+pub fn decode_any(frame: Bytes) -> Result<(RequestHeader, AnyRequest), ProtocolError> {
+    let peek = crate::frame::peek_header(&frame)?;
+    let short = || ProtocolError::ShortFrame { len: frame.len() };
+    let api = ApiKey::try_from(peek.api_key).map_err(|_| short())?;
+    let v = peek.api_version;
+    if !crate::versions::is_supported(api, v) {
+        return Err(ProtocolError::Decode { api, version: v, reason: "unsupported version".into() });
+    }
+    let raw = decode_header(api, v, frame.clone())?;
+    let mut body = raw.body;
+    let req = match api {
+        ApiKey::ApiVersions => AnyRequest::ApiVersions(decode_body(api, v, &mut body)?),
+        ApiKey::Metadata => AnyRequest::Metadata(decode_body(api, v, &mut body)?),
+        ApiKey::Produce => AnyRequest::Produce(decode_body(api, v, &mut body)?),
+        ApiKey::Fetch => AnyRequest::Fetch(decode_body(api, v, &mut body)?),
+        ApiKey::ListOffsets => AnyRequest::ListOffsets(decode_body(api, v, &mut body)?),
+        ApiKey::CreateTopics => AnyRequest::CreateTopics(decode_body(api, v, &mut body)?),
+        ApiKey::DeleteTopics => AnyRequest::DeleteTopics(decode_body(api, v, &mut body)?),
+        ApiKey::CreatePartitions => AnyRequest::CreatePartitions(decode_body(api, v, &mut body)?),
+        ApiKey::DeleteRecords => AnyRequest::DeleteRecords(decode_body(api, v, &mut body)?),
+        ApiKey::InitProducerId => AnyRequest::InitProducerId(decode_body(api, v, &mut body)?),
+        ApiKey::DescribeCluster => AnyRequest::DescribeCluster(decode_body(api, v, &mut body)?),
+        ApiKey::DescribeConfigs => AnyRequest::DescribeConfigs(decode_body(api, v, &mut body)?),
+        ApiKey::AlterConfigs => AnyRequest::AlterConfigs(decode_body(api, v, &mut body)?),
+        ApiKey::IncrementalAlterConfigs => AnyRequest::IncrementalAlterConfigs(decode_body(api, v, &mut body)?),
+        other => return Err(ProtocolError::Decode { api: other, version: v, reason: "not served".into() }),
+    };
+    Ok((raw.header, req))
 }
 
 #[cfg(test)]
@@ -91,7 +144,10 @@ mod tests {
         assert!(header.encode(&mut buf, 2).is_ok());
         assert!(req.encode(&mut buf, 3).is_ok());
         let raw = decode_header(ApiKey::ApiVersions, 3, buf.freeze());
-        let mut raw = match raw { Ok(r) => r, Err(e) => panic!("{e}") };
+        let mut raw = match raw {
+            Ok(r) => r,
+            Err(e) => panic!("{e}"),
+        };
         assert_eq!(raw.header.correlation_id, 9);
         let back: Result<ApiVersionsRequest, _> = decode_body(ApiKey::ApiVersions, 3, &mut raw.body);
         assert_eq!(back.ok().map(|r| r.client_software_name), Some(StrBytes::from_static_str("t")));

@@ -69,7 +69,9 @@ pub struct Broker {
 
 /// Kafka's topic name rules.
 pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
-    let bad = |why: &str| Err(ApiError::new(ResponseError::InvalidTopicException, format!("topic name {name:?} is invalid: {why}")));
+    let bad = |why: &str| {
+        Err(ApiError::new(ResponseError::InvalidTopicException, format!("topic name {name:?} is invalid: {why}")))
+    };
     if name.is_empty() {
         return bad("empty");
     }
@@ -101,9 +103,17 @@ impl Broker {
         let mut starts: HashMap<(String, i32), i64> = HashMap::new();
         for d in &dirs {
             clean.push(d.join(CLEAN_SHUTDOWN_MARKER).exists());
-            let rp = read_offsets(&d.join(RECOVERY_POINT_CHECKPOINT)).map_err(|e| StartupError::Log { topic: "(checkpoint)".into(), partition: -1, source: e })?;
+            let rp = read_offsets(&d.join(RECOVERY_POINT_CHECKPOINT)).map_err(|e| StartupError::Log {
+                topic: "(checkpoint)".into(),
+                partition: -1,
+                source: e,
+            })?;
             recovery.extend(rp);
-            let ls = read_offsets(&d.join(LOG_START_CHECKPOINT)).map_err(|e| StartupError::Log { topic: "(checkpoint)".into(), partition: -1, source: e })?;
+            let ls = read_offsets(&d.join(LOG_START_CHECKPOINT)).map_err(|e| StartupError::Log {
+                topic: "(checkpoint)".into(),
+                partition: -1,
+                source: e,
+            })?;
             starts.extend(ls);
         }
         // Where each existing partition directory lives.
@@ -121,7 +131,13 @@ impl Broker {
             }
         }
         let advertised = config.advertised_listeners[0].clone();
-        let broker = Self { config, cluster_id, advertised: RwLock::new(advertised), store: Mutex::new(store), topics: RwLock::new(Topics::default()) };
+        let broker = Self {
+            config,
+            cluster_id,
+            advertised: RwLock::new(advertised),
+            store: Mutex::new(store),
+            topics: RwLock::new(Topics::default()),
+        };
         let metas: Vec<TopicMeta> = broker.store.lock().topics().cloned().collect();
         let now = now_ms();
         let mut counts = vec![0usize; dirs.len()];
@@ -145,7 +161,11 @@ impl Broker {
                     now_ms: now,
                 };
                 let dir = dirs[root].join(&dir_name);
-                let (log, report) = Log::open(&dir, log_config.clone(), opts).map_err(|e| StartupError::Log { topic: meta.name.clone(), partition: p, source: e })?;
+                let (log, report) = Log::open(&dir, log_config.clone(), opts).map_err(|e| StartupError::Log {
+                    topic: meta.name.clone(),
+                    partition: p,
+                    source: e,
+                })?;
                 if report.segments_recovered > 0 || !report.truncated.is_empty() {
                     recovered += 1;
                     tracing::info!(topic = %meta.name, partition = p, segments = report.segments, recovered = report.segments_recovered, truncated = ?report.truncated, producers = report.producers_loaded, log_end_offset = log.log_end_offset(), "recovered partition");
@@ -164,7 +184,9 @@ impl Broker {
                 continue;
             }
             let path = dirs[root].join(&name);
-            if path.join("partition.metadata").exists() || name.rsplit_once('-').is_some_and(|(_, p)| p.parse::<i32>().is_ok()) {
+            if path.join("partition.metadata").exists()
+                || name.rsplit_once('-').is_some_and(|(_, p)| p.parse::<i32>().is_ok())
+            {
                 tracing::warn!(path = %path.display(), "removing the log of a topic that no longer exists");
                 let _ = std::fs::remove_dir_all(&path);
             }
@@ -218,19 +240,36 @@ impl Broker {
     }
 
     /// Checks a topic creation without doing it.
-    pub fn check_new_topic(&self, name: &str, partitions: i32, replication_factor: i16, configs: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    pub fn check_new_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(), ApiError> {
         validate_topic_name(name)?;
         if self.topic(name).is_some() {
             return Err(ApiError::new(ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
         }
         if partitions <= 0 {
-            return Err(ApiError::new(ResponseError::InvalidPartitions, format!("Number of partitions must be larger than 0 (got {partitions}).")));
+            return Err(ApiError::new(
+                ResponseError::InvalidPartitions,
+                format!("Number of partitions must be larger than 0 (got {partitions})."),
+            ));
         }
         if replication_factor <= 0 {
-            return Err(ApiError::new(ResponseError::InvalidReplicationFactor, "Replication factor must be larger than 0.".to_string()));
+            return Err(ApiError::new(
+                ResponseError::InvalidReplicationFactor,
+                "Replication factor must be larger than 0.".to_string(),
+            ));
         }
         if replication_factor > 1 {
-            return Err(ApiError::new(ResponseError::InvalidReplicationFactor, format!("Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered.")));
+            return Err(ApiError::new(
+                ResponseError::InvalidReplicationFactor,
+                format!(
+                    "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered."
+                ),
+            ));
         }
         for (k, v) in configs {
             topic_config::validate(k, Some(v))?;
@@ -239,7 +278,12 @@ impl Broker {
     }
 
     /// Creates a topic: metadata first (durably), then its partition logs.
-    pub fn create_topic(&self, name: &str, partitions: i32, configs: BTreeMap<String, String>) -> Result<Arc<Topic>, ApiError> {
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<Topic>, ApiError> {
         let mut store = self.store.lock();
         self.check_new_topic(name, partitions, 1, &configs)?;
         let meta = TopicMeta { name: name.to_string(), id: Uuid::new_v4(), partitions, configs, leader_epoch: 0 };
@@ -262,7 +306,12 @@ impl Broker {
         counts
     }
 
-    fn open_new_partitions(&self, meta: &TopicMeta, from: i32, log_config: &LogConfig) -> Result<Vec<Arc<Partition>>, ApiError> {
+    fn open_new_partitions(
+        &self,
+        meta: &TopicMeta,
+        from: i32,
+        log_config: &LogConfig,
+    ) -> Result<Vec<Arc<Partition>>, ApiError> {
         let mut counts = self.partition_counts();
         let name: Arc<str> = Arc::from(meta.name.as_str());
         let mut parts = Vec::new();
@@ -271,10 +320,17 @@ impl Broker {
             counts[root] += 1;
             let dir = self.config.log_dirs[root].join(partition_dir_name(&meta.name, p));
             let _ = std::fs::remove_dir_all(&dir);
-            let opts = OpenOptions { clean_shutdown: true, recovery_point: 0, log_start_offset: None, now_ms: now_ms() };
+            let opts =
+                OpenOptions { clean_shutdown: true, recovery_point: 0, log_start_offset: None, now_ms: now_ms() };
             let (log, _) = Log::open(&dir, log_config.clone(), opts)?;
             write_partition_metadata(&dir, meta.id);
-            parts.push(Arc::new(Partition::new(name.clone(), p, root, log, ReplicaState::single(self.config.node_id, meta.leader_epoch))));
+            parts.push(Arc::new(Partition::new(
+                name.clone(),
+                p,
+                root,
+                log,
+                ReplicaState::single(self.config.node_id, meta.leader_epoch),
+            )));
         }
         Ok(parts)
     }
@@ -295,10 +351,10 @@ impl Broker {
             t.by_id.remove(&topic.meta.id);
         }
         for p in &topic.partitions {
-            if let Some(log) = p.take_log() {
-                if let Err(e) = log.delete() {
-                    tracing::warn!(topic = name, partition = p.index, error = %e, "could not delete partition log");
-                }
+            if let Some(log) = p.take_log()
+                && let Err(e) = log.delete()
+            {
+                tracing::warn!(topic = name, partition = p.index, error = %e, "could not delete partition log");
             }
         }
         tracing::info!(topic = name, "deleted topic");
@@ -313,10 +369,16 @@ impl Broker {
         };
         let current = topic.meta.partitions;
         if count < current {
-            return Err(ApiError::new(ResponseError::InvalidPartitions, format!("Topic currently has {current} partitions, which is higher than the requested {count}.")));
+            return Err(ApiError::new(
+                ResponseError::InvalidPartitions,
+                format!("Topic currently has {current} partitions, which is higher than the requested {count}."),
+            ));
         }
         if count == current {
-            return Err(ApiError::new(ResponseError::InvalidPartitions, format!("Topic already has {current} partitions.")));
+            return Err(ApiError::new(
+                ResponseError::InvalidPartitions,
+                format!("Topic already has {current} partitions."),
+            ));
         }
         if validate_only {
             return Ok(());
@@ -395,14 +457,16 @@ impl Broker {
             }
         }
         for (i, d) in dirs.iter().enumerate() {
-            let written = write_offsets(&d.join(RECOVERY_POINT_CHECKPOINT), &rp[i]).and_then(|_| write_offsets(&d.join(LOG_START_CHECKPOINT), &ls[i]));
+            let written = write_offsets(&d.join(RECOVERY_POINT_CHECKPOINT), &rp[i])
+                .and_then(|_| write_offsets(&d.join(LOG_START_CHECKPOINT), &ls[i]));
             if let Err(e) = &written {
                 tracing::error!(error = %e, "cannot write checkpoints at shutdown");
             }
-            if ok[i] && written.is_ok() {
-                if let Err(e) = oxbow_log::checkpoint::write_atomic(&d.join(CLEAN_SHUTDOWN_MARKER), b"") {
-                    tracing::error!(error = %e, "cannot write the clean shutdown marker");
-                }
+            if ok[i]
+                && written.is_ok()
+                && let Err(e) = oxbow_log::checkpoint::write_atomic(&d.join(CLEAN_SHUTDOWN_MARKER), b"")
+            {
+                tracing::error!(error = %e, "cannot write the clean shutdown marker");
             }
         }
         tracing::info!("logs closed cleanly");

@@ -15,7 +15,10 @@ use oxbow_log::{LogConfig, TargetCompression};
 #[derive(Debug, Clone, Copy)]
 pub enum Kind {
     /// An integer in `min..=max`.
-    Int { min: i64, max: i64 },
+    Int {
+        min: i64,
+        max: i64,
+    },
     Bool,
     /// One of a fixed set of words.
     Choice(&'static [&'static str]),
@@ -33,7 +36,9 @@ impl Kind {
             Kind::Int { min, max } => format!("an integer in [{min}, {max}]"),
             Kind::Bool => "true or false".into(),
             Kind::Choice(c) => format!("one of: {}", c.join(", ")),
-            Kind::Listeners => "a comma-separated list of NAME://host:port (host may be empty or an IP literal; port 0..65535)".into(),
+            Kind::Listeners => {
+                "a comma-separated list of NAME://host:port (host may be empty or an IP literal; port 0..65535)".into()
+            }
             Kind::Paths => "a comma-separated list of directories".into(),
         }
     }
@@ -80,41 +85,211 @@ const CLEANUP: &[&str] = &["delete"];
 
 /// Every broker key Oxbow understands, with Kafka's defaults.
 pub const KEYS: &[KeyDef] = &[
-    KeyDef { name: "node.id", default: Some("1"), kind: Kind::Int { min: 0, max: I32 }, doc: "This node's id. `broker.id` is accepted as a synonym." },
-    KeyDef { name: "listeners", default: Some("PLAINTEXT://127.0.0.1:9092"), kind: Kind::Listeners, doc: "Addresses to listen on. Port 0 picks a free port." },
-    KeyDef { name: "advertised.listeners", default: None, kind: Kind::Listeners, doc: "Addresses given to clients in Metadata. Defaults to `listeners`." },
-    KeyDef { name: "log.dirs", default: Some("./oxbow-data"), kind: Kind::Paths, doc: "Directories holding partition logs (`log.dir` is a synonym). Partitions are spread across them." },
-    KeyDef { name: "num.partitions", default: Some("1"), kind: Kind::Int { min: 1, max: I32 }, doc: "Partitions of auto-created topics and of CreateTopics requests that give -1." },
-    KeyDef { name: "default.replication.factor", default: Some("1"), kind: Kind::Int { min: 1, max: 32767 }, doc: "Replication factor of auto-created topics." },
-    KeyDef { name: "auto.create.topics.enable", default: Some("true"), kind: Kind::Bool, doc: "Create a topic when a Metadata request names one that does not exist (and the client allows it)." },
+    KeyDef {
+        name: "node.id",
+        default: Some("1"),
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "This node's id. `broker.id` is accepted as a synonym.",
+    },
+    KeyDef {
+        name: "listeners",
+        default: Some("PLAINTEXT://127.0.0.1:9092"),
+        kind: Kind::Listeners,
+        doc: "Addresses to listen on. Port 0 picks a free port.",
+    },
+    KeyDef {
+        name: "advertised.listeners",
+        default: None,
+        kind: Kind::Listeners,
+        doc: "Addresses given to clients in Metadata. Defaults to `listeners`.",
+    },
+    KeyDef {
+        name: "log.dirs",
+        default: Some("./oxbow-data"),
+        kind: Kind::Paths,
+        doc: "Directories holding partition logs (`log.dir` is a synonym). Partitions are spread across them.",
+    },
+    KeyDef {
+        name: "num.partitions",
+        default: Some("1"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Partitions of auto-created topics and of CreateTopics requests that give -1.",
+    },
+    KeyDef {
+        name: "default.replication.factor",
+        default: Some("1"),
+        kind: Kind::Int { min: 1, max: 32767 },
+        doc: "Replication factor of auto-created topics.",
+    },
+    KeyDef {
+        name: "auto.create.topics.enable",
+        default: Some("true"),
+        kind: Kind::Bool,
+        doc: "Create a topic when a Metadata request names one that does not exist (and the client allows it).",
+    },
     KeyDef { name: "delete.topic.enable", default: Some("true"), kind: Kind::Bool, doc: "Allow DeleteTopics." },
-    KeyDef { name: "log.segment.bytes", default: Some("1073741824"), kind: Kind::Int { min: 14, max: I32 }, doc: "Roll to a new segment when the active one would pass this size." },
-    KeyDef { name: "log.roll.ms", default: None, kind: Kind::Int { min: 1, max: LONG }, doc: "Roll a non-empty segment this old (wall clock since its creation). Defaults to `log.roll.hours`." },
-    KeyDef { name: "log.roll.hours", default: Some("168"), kind: Kind::Int { min: 1, max: I32 }, doc: "`log.roll.ms` in hours." },
-    KeyDef { name: "log.retention.ms", default: None, kind: Kind::Int { min: -1, max: LONG }, doc: "Delete sealed segments whose newest record is older than this; -1 keeps them. Defaults to `log.retention.minutes`, then `log.retention.hours`." },
-    KeyDef { name: "log.retention.minutes", default: None, kind: Kind::Int { min: -1, max: I32 }, doc: "`log.retention.ms` in minutes." },
-    KeyDef { name: "log.retention.hours", default: Some("168"), kind: Kind::Int { min: -1, max: I32 }, doc: "`log.retention.ms` in hours." },
-    KeyDef { name: "log.retention.bytes", default: Some("-1"), kind: Kind::Int { min: -1, max: LONG }, doc: "Delete the oldest sealed segments while a partition is larger than this; -1 for no limit." },
-    KeyDef { name: "log.retention.check.interval.ms", default: Some("300000"), kind: Kind::Int { min: 1, max: LONG }, doc: "How often retention (and time-based rolling) is checked." },
-    KeyDef { name: "log.index.interval.bytes", default: Some("4096"), kind: Kind::Int { min: 0, max: I32 }, doc: "Bytes of log between two offset index entries." },
-    KeyDef { name: "log.index.size.max.bytes", default: Some("10485760"), kind: Kind::Int { min: 12, max: I32 }, doc: "Preallocated size of each index file; a full index rolls the segment." },
-    KeyDef { name: "log.flush.interval.messages", default: Some("9223372036854775807"), kind: Kind::Int { min: 1, max: LONG }, doc: "fsync a partition once this many records are unflushed. 1 = fsync before every acknowledgement." },
-    KeyDef { name: "log.flush.interval.ms", default: None, kind: Kind::Int { min: 0, max: LONG }, doc: "fsync a partition when its oldest unflushed write is this old. Unset: never by time." },
-    KeyDef { name: "log.flush.scheduler.interval.ms", default: Some("1000"), kind: Kind::Int { min: 1, max: LONG }, doc: "How often `log.flush.interval.ms` is checked, and sealed segments are synced in the background." },
-    KeyDef { name: "log.flush.offset.checkpoint.interval.ms", default: Some("60000"), kind: Kind::Int { min: 1, max: I32 }, doc: "How often recovery points and log start offsets are checkpointed." },
-    KeyDef { name: "log.cleanup.policy", default: Some("delete"), kind: Kind::Choice(CLEANUP), doc: "Only `delete` for now: log compaction is not implemented yet and is refused." },
-    KeyDef { name: "log.message.timestamp.type", default: Some("CreateTime"), kind: Kind::Choice(TIMESTAMP_TYPES), doc: "Keep producers' timestamps, or stamp batches with the broker's time." },
-    KeyDef { name: "compression.type", default: Some("producer"), kind: Kind::Choice(COMPRESSION), doc: "`producer` stores batches as sent; any other value recompresses them on append." },
-    KeyDef { name: "message.max.bytes", default: Some("1048588"), kind: Kind::Int { min: 0, max: I32 }, doc: "Largest record batch accepted (after recompression)." },
-    KeyDef { name: "min.insync.replicas", default: Some("1"), kind: Kind::Int { min: 1, max: I32 }, doc: "Replicas that must be in sync for an acks=all produce to succeed." },
-    KeyDef { name: "unclean.leader.election.enable", default: Some("false"), kind: Kind::Bool, doc: "Allow an out-of-sync replica to become leader (used once replication exists)." },
-    KeyDef { name: "producer.id.expiration.ms", default: Some("86400000"), kind: Kind::Int { min: 1, max: I32 }, doc: "Forget an idempotent producer's sequence state this long after its last write." },
-    KeyDef { name: "socket.request.max.bytes", default: Some("104857600"), kind: Kind::Int { min: 1, max: I32 }, doc: "Largest request frame; larger frames close the connection before any allocation." },
-    KeyDef { name: "queued.max.requests", default: Some("500"), kind: Kind::Int { min: 1, max: I32 }, doc: "Requests being processed across all connections; readers wait beyond this." },
-    KeyDef { name: "queued.max.request.bytes", default: Some("-1"), kind: Kind::Int { min: -1, max: LONG }, doc: "Bytes of requests being processed across all connections; -1: no limit beyond `socket.request.max.bytes` times `queued.max.requests`." },
-    KeyDef { name: "max.connections", default: Some("2147483647"), kind: Kind::Int { min: 1, max: I32 }, doc: "Open client connections; further connections are closed at accept." },
-    KeyDef { name: "oxbow.max.inflight.requests.per.connection", default: Some("32"), kind: Kind::Int { min: 1, max: 1024 }, doc: "Pipelined requests read from one connection before its responses are written (answers stay in order)." },
-    KeyDef { name: "oxbow.shutdown.timeout.ms", default: Some("30000"), kind: Kind::Int { min: 0, max: I32 }, doc: "How long a clean shutdown waits for in-flight requests before closing connections." },
+    KeyDef {
+        name: "log.segment.bytes",
+        default: Some("1073741824"),
+        kind: Kind::Int { min: 14, max: I32 },
+        doc: "Roll to a new segment when the active one would pass this size.",
+    },
+    KeyDef {
+        name: "log.roll.ms",
+        default: None,
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "Roll a non-empty segment this old (wall clock since its creation). Defaults to `log.roll.hours`.",
+    },
+    KeyDef {
+        name: "log.roll.hours",
+        default: Some("168"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "`log.roll.ms` in hours.",
+    },
+    KeyDef {
+        name: "log.retention.ms",
+        default: None,
+        kind: Kind::Int { min: -1, max: LONG },
+        doc: "Delete sealed segments whose newest record is older than this; -1 keeps them. Defaults to `log.retention.minutes`, then `log.retention.hours`.",
+    },
+    KeyDef {
+        name: "log.retention.minutes",
+        default: None,
+        kind: Kind::Int { min: -1, max: I32 },
+        doc: "`log.retention.ms` in minutes.",
+    },
+    KeyDef {
+        name: "log.retention.hours",
+        default: Some("168"),
+        kind: Kind::Int { min: -1, max: I32 },
+        doc: "`log.retention.ms` in hours.",
+    },
+    KeyDef {
+        name: "log.retention.bytes",
+        default: Some("-1"),
+        kind: Kind::Int { min: -1, max: LONG },
+        doc: "Delete the oldest sealed segments while a partition is larger than this; -1 for no limit.",
+    },
+    KeyDef {
+        name: "log.retention.check.interval.ms",
+        default: Some("300000"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "How often retention (and time-based rolling) is checked.",
+    },
+    KeyDef {
+        name: "log.index.interval.bytes",
+        default: Some("4096"),
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "Bytes of log between two offset index entries.",
+    },
+    KeyDef {
+        name: "log.index.size.max.bytes",
+        default: Some("10485760"),
+        kind: Kind::Int { min: 12, max: I32 },
+        doc: "Preallocated size of each index file; a full index rolls the segment.",
+    },
+    KeyDef {
+        name: "log.flush.interval.messages",
+        default: Some("9223372036854775807"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "fsync a partition once this many records are unflushed. 1 = fsync before every acknowledgement.",
+    },
+    KeyDef {
+        name: "log.flush.interval.ms",
+        default: None,
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "fsync a partition when its oldest unflushed write is this old. Unset: never by time.",
+    },
+    KeyDef {
+        name: "log.flush.scheduler.interval.ms",
+        default: Some("1000"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "How often `log.flush.interval.ms` is checked, and sealed segments are synced in the background.",
+    },
+    KeyDef {
+        name: "log.flush.offset.checkpoint.interval.ms",
+        default: Some("60000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "How often recovery points and log start offsets are checkpointed.",
+    },
+    KeyDef {
+        name: "log.cleanup.policy",
+        default: Some("delete"),
+        kind: Kind::Choice(CLEANUP),
+        doc: "Only `delete` for now: log compaction is not implemented yet and is refused.",
+    },
+    KeyDef {
+        name: "log.message.timestamp.type",
+        default: Some("CreateTime"),
+        kind: Kind::Choice(TIMESTAMP_TYPES),
+        doc: "Keep producers' timestamps, or stamp batches with the broker's time.",
+    },
+    KeyDef {
+        name: "compression.type",
+        default: Some("producer"),
+        kind: Kind::Choice(COMPRESSION),
+        doc: "`producer` stores batches as sent; any other value recompresses them on append.",
+    },
+    KeyDef {
+        name: "message.max.bytes",
+        default: Some("1048588"),
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "Largest record batch accepted (after recompression).",
+    },
+    KeyDef {
+        name: "min.insync.replicas",
+        default: Some("1"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Replicas that must be in sync for an acks=all produce to succeed.",
+    },
+    KeyDef {
+        name: "unclean.leader.election.enable",
+        default: Some("false"),
+        kind: Kind::Bool,
+        doc: "Allow an out-of-sync replica to become leader (used once replication exists).",
+    },
+    KeyDef {
+        name: "producer.id.expiration.ms",
+        default: Some("86400000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Forget an idempotent producer's sequence state this long after its last write.",
+    },
+    KeyDef {
+        name: "socket.request.max.bytes",
+        default: Some("104857600"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Largest request frame; larger frames close the connection before any allocation.",
+    },
+    KeyDef {
+        name: "queued.max.requests",
+        default: Some("500"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Requests being processed across all connections; readers wait beyond this.",
+    },
+    KeyDef {
+        name: "queued.max.request.bytes",
+        default: Some("-1"),
+        kind: Kind::Int { min: -1, max: LONG },
+        doc: "Bytes of requests being processed across all connections; -1: no limit beyond `socket.request.max.bytes` times `queued.max.requests`.",
+    },
+    KeyDef {
+        name: "max.connections",
+        default: Some("2147483647"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Open client connections; further connections are closed at accept.",
+    },
+    KeyDef {
+        name: "oxbow.max.inflight.requests.per.connection",
+        default: Some("32"),
+        kind: Kind::Int { min: 1, max: 1024 },
+        doc: "Pipelined requests read from one connection before its responses are written (answers stay in order).",
+    },
+    KeyDef {
+        name: "oxbow.shutdown.timeout.ms",
+        default: Some("30000"),
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "How long a clean shutdown waits for in-flight requests before closing connections.",
+    },
 ];
 
 /// Keys that are another key's synonym.
@@ -232,40 +407,74 @@ impl BrokerConfig {
         let mut values: BTreeMap<&'static str, Option<String>> = BTreeMap::new();
         for def in KEYS {
             let v = explicit.get(def.name).cloned().or_else(|| def.default.map(str::to_string));
-            if let Some(v) = &v {
-                if !def.kind.check(v) {
-                    return Err(ConfigError::Invalid { key: def.name.into(), value: v.clone(), accepted: def.kind.accepted() });
-                }
+            if let Some(v) = &v
+                && !def.kind.check(v)
+            {
+                return Err(ConfigError::Invalid {
+                    key: def.name.into(),
+                    value: v.clone(),
+                    accepted: def.kind.accepted(),
+                });
             }
             values.insert(def.name, v.map(|s| s.trim().to_string()));
         }
         let get = |k: &str| values.get(k).cloned().flatten();
         let int = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
-        let req_int = |k: &str| int(k).ok_or_else(|| ConfigError::Invalid { key: k.into(), value: String::new(), accepted: "a value".into() });
+        let req_int = |k: &str| {
+            int(k).ok_or_else(|| ConfigError::Invalid {
+                key: k.into(),
+                value: String::new(),
+                accepted: "a value".into(),
+            })
+        };
         let bool_ = |k: &str| get(k).is_some_and(|v| v == "true");
 
-        let listeners = parse_listeners(&get("listeners").unwrap_or_default()).map_err(|reason| ConfigError::Inconsistent { key: "listeners".into(), reason })?;
+        let listeners = parse_listeners(&get("listeners").unwrap_or_default())
+            .map_err(|reason| ConfigError::Inconsistent { key: "listeners".into(), reason })?;
         let advertised_listeners = match get("advertised.listeners") {
-            Some(a) => parse_listeners(&a).map_err(|reason| ConfigError::Inconsistent { key: "advertised.listeners".into(), reason })?,
+            Some(a) => parse_listeners(&a)
+                .map_err(|reason| ConfigError::Inconsistent { key: "advertised.listeners".into(), reason })?,
             None => listeners.clone(),
         };
         for a in &advertised_listeners {
             if !listeners.iter().any(|l| l.name == a.name) {
-                return Err(ConfigError::Inconsistent { key: "advertised.listeners".into(), reason: format!("listener {} is not in listeners", a.name) });
+                return Err(ConfigError::Inconsistent {
+                    key: "advertised.listeners".into(),
+                    reason: format!("listener {} is not in listeners", a.name),
+                });
             }
         }
         if listeners.len() > 1 {
-            return Err(ConfigError::Inconsistent { key: "listeners".into(), reason: "one listener is supported for now (PLAINTEXT)".into() });
+            return Err(ConfigError::Inconsistent {
+                key: "listeners".into(),
+                reason: "one listener is supported for now (PLAINTEXT)".into(),
+            });
         }
         if listeners.iter().any(|l| l.name != "PLAINTEXT") {
-            return Err(ConfigError::Inconsistent { key: "listeners".into(), reason: "only the PLAINTEXT listener is supported (no TLS/SASL yet)".into() });
+            return Err(ConfigError::Inconsistent {
+                key: "listeners".into(),
+                reason: "only the PLAINTEXT listener is supported (no TLS/SASL yet)".into(),
+            });
         }
-        let log_dirs: Vec<PathBuf> = get("log.dirs").unwrap_or_default().split(',').map(|p| PathBuf::from(p.trim())).collect();
+        let log_dirs: Vec<PathBuf> =
+            get("log.dirs").unwrap_or_default().split(',').map(|p| PathBuf::from(p.trim())).collect();
 
         let retention_ms = match (int("log.retention.ms"), int("log.retention.minutes"), int("log.retention.hours")) {
             (Some(ms), _, _) => ms,
-            (None, Some(m), _) => if m < 0 { -1 } else { m * 60_000 },
-            (None, None, Some(h)) => if h < 0 { -1 } else { h * 3_600_000 },
+            (None, Some(m), _) => {
+                if m < 0 {
+                    -1
+                } else {
+                    m * 60_000
+                }
+            }
+            (None, None, Some(h)) => {
+                if h < 0 {
+                    -1
+                } else {
+                    h * 3_600_000
+                }
+            }
             _ => -1,
         };
         let segment_ms = int("log.roll.ms").unwrap_or_else(|| int("log.roll.hours").unwrap_or(168) * 3_600_000);
@@ -280,14 +489,18 @@ impl BrokerConfig {
             flush_messages: req_int("log.flush.interval.messages")?,
             flush_ms,
             max_message_bytes: req_int("message.max.bytes")? as usize,
-            compression: TargetCompression::parse(&get("compression.type").unwrap_or_default()).unwrap_or(TargetCompression::Producer),
+            compression: TargetCompression::parse(&get("compression.type").unwrap_or_default())
+                .unwrap_or(TargetCompression::Producer),
             log_append_time: get("log.message.timestamp.type").as_deref() == Some("LogAppendTime"),
             cleanup_delete: true,
             producer_id_expiration_ms: req_int("producer.id.expiration.ms")?,
         };
         let default_rf = req_int("default.replication.factor")?;
         if default_rf != 1 {
-            return Err(ConfigError::Inconsistent { key: "default.replication.factor".into(), reason: "a single broker can only hold replication factor 1".into() });
+            return Err(ConfigError::Inconsistent {
+                key: "default.replication.factor".into(),
+                reason: "a single broker can only hold replication factor 1".into(),
+            });
         }
         Ok(Self {
             node_id: req_int("node.id")? as i32,
@@ -319,13 +532,15 @@ impl BrokerConfig {
     pub fn load(file: Option<&std::path::Path>, overrides: &[String]) -> Result<Self, ConfigError> {
         let mut map = match file {
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| ConfigError::File { path: p.display().to_string(), reason: e.to_string() })?;
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| ConfigError::File { path: p.display().to_string(), reason: e.to_string() })?;
                 parse_properties(&text)
             }
             None => BTreeMap::new(),
         };
         for o in overrides {
-            let (k, v) = o.split_once('=').ok_or_else(|| ConfigError::Usage(format!("--override {o:?}: expected key=value")))?;
+            let (k, v) =
+                o.split_once('=').ok_or_else(|| ConfigError::Usage(format!("--override {o:?}: expected key=value")))?;
             map.insert(k.trim().to_string(), v.trim().to_string());
         }
         Self::from_map(map)
@@ -369,11 +584,20 @@ pub fn config_docs() -> String {
          ## Broker keys\n\n| key | default | accepts | meaning |\n|---|---|---|---|\n",
     );
     for k in KEYS {
-        let _ = writeln!(s, "| `{}` | {} | {} | {} |", k.name, k.default.map_or("(unset)".to_string(), |d| format!("`{d}`")), k.kind.accepted(), k.doc);
+        let _ = writeln!(
+            s,
+            "| `{}` | {} | {} | {} |",
+            k.name,
+            k.default.map_or("(unset)".to_string(), |d| format!("`{d}`")),
+            k.kind.accepted(),
+            k.doc
+        );
     }
-    s.push_str("\nSynonyms: `broker.id` = `node.id`, `log.dir` = `log.dirs`.\n\n## Topic keys\n\n\
+    s.push_str(
+        "\nSynonyms: `broker.id` = `node.id`, `log.dir` = `log.dirs`.\n\n## Topic keys\n\n\
                 Set with CreateTopics, AlterConfigs or IncrementalAlterConfigs; unset keys follow the broker key.\n\n\
-                | topic key | broker key | accepts | meaning |\n|---|---|---|---|\n");
+                | topic key | broker key | accepts | meaning |\n|---|---|---|---|\n",
+    );
     for t in crate::topic_config::TOPIC_KEYS {
         let _ = writeln!(s, "| `{}` | `{}` | {} | {} |", t.name, t.broker_key, t.kind.accepted(), t.doc);
     }
@@ -412,7 +636,11 @@ mod tests {
 
     #[test]
     fn retention_precedence_and_synonyms() {
-        let c = BrokerConfig::from_map(map(&[("log.retention.minutes", "2"), ("log.retention.hours", "1"), ("broker.id", "7")]));
+        let c = BrokerConfig::from_map(map(&[
+            ("log.retention.minutes", "2"),
+            ("log.retention.hours", "1"),
+            ("broker.id", "7"),
+        ]));
         let c = c.ok();
         assert_eq!(c.as_ref().map(|c| c.log.retention_ms), Some(120_000));
         assert_eq!(c.as_ref().map(|c| c.node_id), Some(7));

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use oxbow_protocol::codec::{decode_body, decode_header, encode_response};
+use oxbow_protocol::codec::{AnyRequest, decode_any, encode_response};
 use oxbow_protocol::frame::peek_header;
 use oxbow_protocol::messages::{ApiVersionsResponse, RequestHeader};
 use oxbow_protocol::{ApiKey, ResponseError, versions};
@@ -32,16 +32,6 @@ pub struct Ctx<'a> {
     pub header: &'a RequestHeader,
 }
 
-macro_rules! serve {
-    ($api:expr, $version:expr, $corr:expr, $raw:expr, $broker:expr, $req:ty, $handler:path) => {{
-        let mut body = $raw.body;
-        let req: $req = decode_body($api, $version, &mut body)?;
-        let ctx = Ctx { broker: $broker, version: $version, header: &$raw.header };
-        let resp = $handler(&ctx, req).await;
-        Ok(Some(encode_response($api, $version, $corr, &resp)?))
-    }};
-}
-
 /// Handles one request frame. `Ok(None)`: no response (acks=0 produce).
 pub async fn dispatch(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<BytesMut>, ConnError> {
     let peek = peek_header(&frame)?;
@@ -59,36 +49,36 @@ pub async fn dispatch(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<Bytes
         }
         return Err(ConnError::Refused(format!("unsupported version {v} of {api:?}")));
     }
-    let raw = decode_header(api, v, frame)?;
-    let client_id = raw.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
+    let (header, req) = decode_any(frame)?;
+    let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
     let span = tracing::debug_span!("request", api = ?api, version = v, correlation_id = peek.correlation_id, client_id = %client_id);
     let corr = peek.correlation_id;
-    async move {
-        use oxbow_protocol::messages::*;
-        match api {
-            ApiKey::ApiVersions => serve!(api, v, corr, raw, broker, ApiVersionsRequest, api_versions::handle),
-            ApiKey::Metadata => serve!(api, v, corr, raw, broker, MetadataRequest, metadata::handle),
-            ApiKey::Produce => {
-                let mut body = raw.body;
-                let req: ProduceRequest = decode_body(api, v, &mut body)?;
-                let ctx = Ctx { broker, version: v, header: &raw.header };
-                match produce::handle(&ctx, req).await {
-                    Some(resp) => Ok(Some(encode_response(api, v, corr, &resp)?)),
-                    None => Ok(None),
-                }
-            }
-            ApiKey::Fetch => serve!(api, v, corr, raw, broker, FetchRequest, fetch::handle),
-            ApiKey::ListOffsets => serve!(api, v, corr, raw, broker, ListOffsetsRequest, list_offsets::handle),
-            ApiKey::CreateTopics => serve!(api, v, corr, raw, broker, CreateTopicsRequest, admin::create_topics),
-            ApiKey::DeleteTopics => serve!(api, v, corr, raw, broker, DeleteTopicsRequest, admin::delete_topics),
-            ApiKey::CreatePartitions => serve!(api, v, corr, raw, broker, CreatePartitionsRequest, admin::create_partitions),
-            ApiKey::DeleteRecords => serve!(api, v, corr, raw, broker, DeleteRecordsRequest, admin::delete_records),
-            ApiKey::InitProducerId => serve!(api, v, corr, raw, broker, InitProducerIdRequest, admin::init_producer_id),
-            ApiKey::DescribeCluster => serve!(api, v, corr, raw, broker, DescribeClusterRequest, admin::describe_cluster),
-            ApiKey::DescribeConfigs => serve!(api, v, corr, raw, broker, DescribeConfigsRequest, configs::describe),
-            ApiKey::AlterConfigs => serve!(api, v, corr, raw, broker, AlterConfigsRequest, configs::alter),
-            ApiKey::IncrementalAlterConfigs => serve!(api, v, corr, raw, broker, IncrementalAlterConfigsRequest, configs::incremental_alter),
-            other => Err(ConnError::Refused(format!("{other:?} is advertised but has no handler"))),
+    let ctx = Ctx { broker, version: v, header: &header };
+    macro_rules! answer {
+        ($fut:expr) => {{
+            let resp = $fut.await;
+            Ok(Some(encode_response(api, v, corr, &resp)?))
+        }};
+    }
+    async {
+        match req {
+            AnyRequest::ApiVersions(r) => answer!(api_versions::handle(&ctx, r)),
+            AnyRequest::Metadata(r) => answer!(metadata::handle(&ctx, r)),
+            AnyRequest::Produce(r) => match produce::handle(&ctx, r).await {
+                Some(resp) => Ok(Some(encode_response(api, v, corr, &resp)?)),
+                None => Ok(None),
+            },
+            AnyRequest::Fetch(r) => answer!(fetch::handle(&ctx, r)),
+            AnyRequest::ListOffsets(r) => answer!(list_offsets::handle(&ctx, r)),
+            AnyRequest::CreateTopics(r) => answer!(admin::create_topics(&ctx, r)),
+            AnyRequest::DeleteTopics(r) => answer!(admin::delete_topics(&ctx, r)),
+            AnyRequest::CreatePartitions(r) => answer!(admin::create_partitions(&ctx, r)),
+            AnyRequest::DeleteRecords(r) => answer!(admin::delete_records(&ctx, r)),
+            AnyRequest::InitProducerId(r) => answer!(admin::init_producer_id(&ctx, r)),
+            AnyRequest::DescribeCluster(r) => answer!(admin::describe_cluster(&ctx, r)),
+            AnyRequest::DescribeConfigs(r) => answer!(configs::describe(&ctx, r)),
+            AnyRequest::AlterConfigs(r) => answer!(configs::alter(&ctx, r)),
+            AnyRequest::IncrementalAlterConfigs(r) => answer!(configs::incremental_alter(&ctx, r)),
         }
     }
     .instrument(span)

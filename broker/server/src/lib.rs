@@ -46,7 +46,9 @@ impl Server {
         let l = config.listeners[0].clone();
         let broker = tokio::task::spawn_blocking(move || Broker::open(config)).await??;
         let host = if l.host.is_empty() { "0.0.0.0".to_string() } else { l.host.clone() };
-        let listener = TcpListener::bind((host.as_str(), l.port)).await.map_err(|e| anyhow::anyhow!("cannot listen on {}:{} (listeners): {e}", host, l.port))?;
+        let listener = TcpListener::bind((host.as_str(), l.port))
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}:{} (listeners): {e}", host, l.port))?;
         let port = listener.local_addr()?.port();
         broker.set_bound_port(port);
         Ok(Self { broker, listener })

@@ -77,7 +77,10 @@ pub fn init_log_dirs(dirs: &[PathBuf], node_id: i32) -> Result<String, MetaError
             if found_node != node_id.to_string() {
                 return Err(MetaError::NodeIdMismatch { path: p, found: found_node, configured: node_id });
             }
-            let cid = props.get("cluster.id").cloned().ok_or_else(|| MetaError::Corrupt { path: p.clone(), reason: "no cluster.id".into() })?;
+            let cid = props
+                .get("cluster.id")
+                .cloned()
+                .ok_or_else(|| MetaError::Corrupt { path: p.clone(), reason: "no cluster.id".into() })?;
             match &cluster_id {
                 Some(c) if *c != cid => return Err(MetaError::ClusterIdMismatch { a: c.clone(), b: cid }),
                 _ => cluster_id = Some(cid),
@@ -88,8 +91,12 @@ pub fn init_log_dirs(dirs: &[PathBuf], node_id: i32) -> Result<String, MetaError
     for d in dirs {
         let p = d.join("meta.properties");
         if !p.exists() {
-            let text = format!("#\n#Written by oxbow-broker\nversion=1\ncluster.id={cluster_id}\nnode.id={node_id}\ndirectory.id={}\n", Uuid::new_v4());
-            write_atomic(&p, text.as_bytes()).map_err(|e| MetaError::Corrupt { path: p.clone(), reason: e.to_string() })?;
+            let text = format!(
+                "#\n#Written by oxbow-broker\nversion=1\ncluster.id={cluster_id}\nnode.id={node_id}\ndirectory.id={}\n",
+                Uuid::new_v4()
+            );
+            write_atomic(&p, text.as_bytes())
+                .map_err(|e| MetaError::Corrupt { path: p.clone(), reason: e.to_string() })?;
         }
     }
     Ok(cluster_id)
@@ -102,7 +109,8 @@ impl MetadataStore {
         let topics_path = dir.join("topics.json");
         let topics = match std::fs::read(&topics_path) {
             Ok(bytes) => {
-                let f: TopicsFile = serde_json::from_slice(&bytes).map_err(|e| MetaError::Corrupt { path: topics_path.clone(), reason: e.to_string() })?;
+                let f: TopicsFile = serde_json::from_slice(&bytes)
+                    .map_err(|e| MetaError::Corrupt { path: topics_path.clone(), reason: e.to_string() })?;
                 f.topics.into_iter().map(|t| (t.name.clone(), t)).collect()
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
@@ -110,7 +118,10 @@ impl MetadataStore {
         };
         let pid_path = dir.join("producer-id-block");
         let next = match std::fs::read_to_string(&pid_path) {
-            Ok(t) => t.trim().parse::<i64>().map_err(|e| MetaError::Corrupt { path: pid_path.clone(), reason: e.to_string() })?,
+            Ok(t) => t
+                .trim()
+                .parse::<i64>()
+                .map_err(|e| MetaError::Corrupt { path: pid_path.clone(), reason: e.to_string() })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => return Err(MetaError::Io { path: pid_path, source: e }),
         };
@@ -122,7 +133,8 @@ impl MetadataStore {
     fn allocate_block(&mut self) -> Result<(), MetaError> {
         let end = self.producer_id_block_end + PRODUCER_ID_BLOCK;
         let p = self.dir.join("producer-id-block");
-        write_atomic(&p, end.to_string().as_bytes()).map_err(|e| MetaError::Corrupt { path: p, reason: e.to_string() })?;
+        write_atomic(&p, end.to_string().as_bytes())
+            .map_err(|e| MetaError::Corrupt { path: p, reason: e.to_string() })?;
         self.next_producer_id = self.producer_id_block_end;
         self.producer_id_block_end = end;
         Ok(())
@@ -149,7 +161,8 @@ impl MetadataStore {
     fn persist(&self) -> Result<(), MetaError> {
         let f = TopicsFile { version: 1, topics: self.topics.values().cloned().collect() };
         let p = self.dir.join("topics.json");
-        let bytes = serde_json::to_vec_pretty(&f).map_err(|e| MetaError::Corrupt { path: p.clone(), reason: e.to_string() })?;
+        let bytes =
+            serde_json::to_vec_pretty(&f).map_err(|e| MetaError::Corrupt { path: p.clone(), reason: e.to_string() })?;
         write_atomic(&p, &bytes).map_err(|e| MetaError::Corrupt { path: p, reason: e.to_string() })
     }
 
@@ -198,7 +211,13 @@ mod tests {
         assert!(init_log_dirs(&[d.path().to_path_buf()], 2).is_err());
         let mut s = MetadataStore::open(d.path(), cid.clone())?;
         let a = s.next_producer_id()?;
-        s.put_topic(TopicMeta { name: "t".into(), id: Uuid::new_v4(), partitions: 3, configs: BTreeMap::new(), leader_epoch: 0 })?;
+        s.put_topic(TopicMeta {
+            name: "t".into(),
+            id: Uuid::new_v4(),
+            partitions: 3,
+            configs: BTreeMap::new(),
+            leader_epoch: 0,
+        })?;
         drop(s);
         let mut s = MetadataStore::open(d.path(), cid)?;
         assert!(s.next_producer_id()? > a);

@@ -35,7 +35,9 @@ impl Limits {
         Self {
             connections: Arc::new(Semaphore::new(c.max_connections.min(Semaphore::MAX_PERMITS))),
             requests: Arc::new(Semaphore::new(c.queued_max_requests.min(Semaphore::MAX_PERMITS))),
-            bytes: c.queued_max_request_bytes.map(|b| Arc::new(Semaphore::new(b.clamp(c.socket_request_max_bytes, Semaphore::MAX_PERMITS)))),
+            bytes: c
+                .queued_max_request_bytes
+                .map(|b| Arc::new(Semaphore::new(b.clamp(c.socket_request_max_bytes, Semaphore::MAX_PERMITS)))),
         }
     }
 }
@@ -101,7 +103,13 @@ struct Frame {
     _permits: Vec<tokio::sync::OwnedSemaphorePermit>,
 }
 
-async fn read_frames(mut rd: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<Frame>, limits: Arc<Limits>, max: usize, token: CancellationToken) -> Result<(), ConnError> {
+async fn read_frames(
+    mut rd: tokio::net::tcp::OwnedReadHalf,
+    tx: mpsc::Sender<Frame>,
+    limits: Arc<Limits>,
+    max: usize,
+    token: CancellationToken,
+) -> Result<(), ConnError> {
     loop {
         let mut prefix = [0u8; 4];
         tokio::select! {
@@ -114,10 +122,13 @@ async fn read_frames(mut rd: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<Fr
         }
         let size = frame::frame_size(prefix, max)?;
         let mut permits = Vec::with_capacity(2);
-        permits.push(limits.requests.clone().acquire_owned().await.map_err(|_| ConnError::Refused("shutting down".into()))?);
+        permits.push(
+            limits.requests.clone().acquire_owned().await.map_err(|_| ConnError::Refused("shutting down".into()))?,
+        );
         if let Some(b) = &limits.bytes {
             let n = u32::try_from(size.max(1)).unwrap_or(u32::MAX);
-            permits.push(b.clone().acquire_many_owned(n).await.map_err(|_| ConnError::Refused("shutting down".into()))?);
+            permits
+                .push(b.clone().acquire_many_owned(n).await.map_err(|_| ConnError::Refused("shutting down".into()))?);
         }
         let mut body = BytesMut::zeroed(size);
         rd.read_exact(&mut body).await?;
@@ -127,7 +138,12 @@ async fn read_frames(mut rd: tokio::net::tcp::OwnedReadHalf, tx: mpsc::Sender<Fr
     }
 }
 
-async fn connection(stream: TcpStream, broker: Arc<Broker>, limits: Arc<Limits>, token: CancellationToken) -> Result<(), ConnError> {
+async fn connection(
+    stream: TcpStream,
+    broker: Arc<Broker>,
+    limits: Arc<Limits>,
+    token: CancellationToken,
+) -> Result<(), ConnError> {
     let (rd, mut wr) = stream.into_split();
     let max_inflight = broker.config.max_inflight_per_connection;
     let (tx, mut rx) = mpsc::channel::<Frame>(max_inflight);

@@ -84,19 +84,34 @@ impl Partition {
         if client_epoch < 0 || client_epoch == ours {
             Ok(())
         } else if client_epoch < ours {
-            Err(ApiError::new(ResponseError::FencedLeaderEpoch, format!("leader epoch {client_epoch} is older than {ours}")))
+            Err(ApiError::new(
+                ResponseError::FencedLeaderEpoch,
+                format!("leader epoch {client_epoch} is older than {ours}"),
+            ))
         } else {
-            Err(ApiError::new(ResponseError::UnknownLeaderEpoch, format!("leader epoch {client_epoch} is newer than {ours}")))
+            Err(ApiError::new(
+                ResponseError::UnknownLeaderEpoch,
+                format!("leader epoch {client_epoch} is newer than {ours}"),
+            ))
         }
     }
 
     /// Appends validated batches. `min_insync`: for acks=all, the ISR must be at least this big.
-    pub fn append(&self, records: &[u8], batches: &[ValidBatch], min_insync: Option<i32>, now_ms: i64) -> Result<AppendResult, ApiError> {
+    pub fn append(
+        &self,
+        records: &[u8],
+        batches: &[ValidBatch],
+        min_insync: Option<i32>,
+        now_ms: i64,
+    ) -> Result<AppendResult, ApiError> {
         let (result, hw) = self.with(|i| {
-            if let Some(m) = min_insync {
-                if !i.replica.enough_in_sync(m) {
-                    return Err(ApiError::new(ResponseError::NotEnoughReplicas, format!("{} in-sync replicas, min.insync.replicas={m}", i.replica.isr.len())));
-                }
+            if let Some(m) = min_insync
+                && !i.replica.enough_in_sync(m)
+            {
+                return Err(ApiError::new(
+                    ResponseError::NotEnoughReplicas,
+                    format!("{} in-sync replicas, min.insync.replicas={m}", i.replica.isr.len()),
+                ));
             }
             let epoch = i.replica.leader_epoch;
             let r = i.log.append(records, batches, epoch, now_ms)?;
@@ -124,7 +139,12 @@ impl Partition {
     }
 
     /// Plans a fetch read; also returns the offsets at that instant.
-    pub fn read(&self, offset: i64, max_bytes: usize, min_one: bool) -> Result<(ReadStart, Offsets), (ApiError, Option<Offsets>)> {
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+    ) -> Result<(ReadStart, Offsets), (ApiError, Option<Offsets>)> {
         let g = self.inner.lock();
         let Some(i) = g.as_ref() else { return Err((gone(), None)) };
         let offsets = Offsets {

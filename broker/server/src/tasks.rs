@@ -36,7 +36,9 @@ pub fn retention_pass(broker: &Broker) {
             l.apply_retention(now)
         });
         match r {
-            Ok(Ok(n)) if n > 0 => tracing::debug!(topic = %p.topic, partition = p.index, deleted = n, "retention deleted segments"),
+            Ok(Ok(n)) if n > 0 => {
+                tracing::debug!(topic = %p.topic, partition = p.index, deleted = n, "retention deleted segments")
+            }
             Ok(Err(e)) => tracing::error!(topic = %p.topic, partition = p.index, error = %e, "retention failed"),
             _ => {}
         }
@@ -67,7 +69,8 @@ pub fn flush_pass(broker: &Broker) {
 
 pub fn spawn_all(set: &mut JoinSet<()>, broker: Arc<Broker>, token: CancellationToken) {
     let c = &broker.config;
-    let (retention, flush, checkpoint) = (c.retention_check_interval_ms, c.flush_scheduler_interval_ms, c.flush_checkpoint_interval_ms);
+    let (retention, flush, checkpoint) =
+        (c.retention_check_interval_ms, c.flush_scheduler_interval_ms, c.flush_checkpoint_interval_ms);
     let b = broker.clone();
     set.spawn(every(retention, token.child_token(), move || {
         let b = b.clone();

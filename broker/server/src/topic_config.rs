@@ -28,20 +28,90 @@ const I32: i64 = i32::MAX as i64;
 const LONG: i64 = i64::MAX;
 
 pub const TOPIC_KEYS: &[TopicKeyDef] = &[
-    TopicKeyDef { name: "cleanup.policy", broker_key: "log.cleanup.policy", kind: Kind::Choice(&["delete"]), doc: "`delete` (retention by time and size). `compact` is refused until compaction exists." },
-    TopicKeyDef { name: "compression.type", broker_key: "compression.type", kind: Kind::Choice(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]), doc: "`producer` keeps batches as sent; other values recompress on append." },
-    TopicKeyDef { name: "flush.messages", broker_key: "log.flush.interval.messages", kind: Kind::Int { min: 1, max: LONG }, doc: "fsync after this many unflushed records." },
-    TopicKeyDef { name: "flush.ms", broker_key: "log.flush.interval.ms", kind: Kind::Int { min: 0, max: LONG }, doc: "fsync when the oldest unflushed write is this old." },
-    TopicKeyDef { name: "index.interval.bytes", broker_key: "log.index.interval.bytes", kind: Kind::Int { min: 0, max: I32 }, doc: "Bytes between offset index entries." },
-    TopicKeyDef { name: "max.message.bytes", broker_key: "message.max.bytes", kind: Kind::Int { min: 0, max: I32 }, doc: "Largest record batch accepted." },
-    TopicKeyDef { name: "message.timestamp.type", broker_key: "log.message.timestamp.type", kind: Kind::Choice(&["CreateTime", "LogAppendTime"]), doc: "Producer timestamps or broker append time." },
-    TopicKeyDef { name: "min.insync.replicas", broker_key: "min.insync.replicas", kind: Kind::Int { min: 1, max: I32 }, doc: "In-sync replicas needed for acks=all." },
-    TopicKeyDef { name: "retention.bytes", broker_key: "log.retention.bytes", kind: Kind::Int { min: -1, max: LONG }, doc: "Size limit per partition; -1 for none." },
-    TopicKeyDef { name: "retention.ms", broker_key: "log.retention.ms", kind: Kind::Int { min: -1, max: LONG }, doc: "Age limit of sealed segments; -1 for none." },
-    TopicKeyDef { name: "segment.bytes", broker_key: "log.segment.bytes", kind: Kind::Int { min: 14, max: I32 }, doc: "Segment size." },
-    TopicKeyDef { name: "segment.index.bytes", broker_key: "log.index.size.max.bytes", kind: Kind::Int { min: 12, max: I32 }, doc: "Preallocated index size." },
-    TopicKeyDef { name: "segment.ms", broker_key: "log.roll.ms", kind: Kind::Int { min: 1, max: LONG }, doc: "Roll a non-empty segment this old." },
-    TopicKeyDef { name: "unclean.leader.election.enable", broker_key: "unclean.leader.election.enable", kind: Kind::Bool, doc: "Allow unclean leader election (with replication)." },
+    TopicKeyDef {
+        name: "cleanup.policy",
+        broker_key: "log.cleanup.policy",
+        kind: Kind::Choice(&["delete"]),
+        doc: "`delete` (retention by time and size). `compact` is refused until compaction exists.",
+    },
+    TopicKeyDef {
+        name: "compression.type",
+        broker_key: "compression.type",
+        kind: Kind::Choice(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]),
+        doc: "`producer` keeps batches as sent; other values recompress on append.",
+    },
+    TopicKeyDef {
+        name: "flush.messages",
+        broker_key: "log.flush.interval.messages",
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "fsync after this many unflushed records.",
+    },
+    TopicKeyDef {
+        name: "flush.ms",
+        broker_key: "log.flush.interval.ms",
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "fsync when the oldest unflushed write is this old.",
+    },
+    TopicKeyDef {
+        name: "index.interval.bytes",
+        broker_key: "log.index.interval.bytes",
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "Bytes between offset index entries.",
+    },
+    TopicKeyDef {
+        name: "max.message.bytes",
+        broker_key: "message.max.bytes",
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "Largest record batch accepted.",
+    },
+    TopicKeyDef {
+        name: "message.timestamp.type",
+        broker_key: "log.message.timestamp.type",
+        kind: Kind::Choice(&["CreateTime", "LogAppendTime"]),
+        doc: "Producer timestamps or broker append time.",
+    },
+    TopicKeyDef {
+        name: "min.insync.replicas",
+        broker_key: "min.insync.replicas",
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "In-sync replicas needed for acks=all.",
+    },
+    TopicKeyDef {
+        name: "retention.bytes",
+        broker_key: "log.retention.bytes",
+        kind: Kind::Int { min: -1, max: LONG },
+        doc: "Size limit per partition; -1 for none.",
+    },
+    TopicKeyDef {
+        name: "retention.ms",
+        broker_key: "log.retention.ms",
+        kind: Kind::Int { min: -1, max: LONG },
+        doc: "Age limit of sealed segments; -1 for none.",
+    },
+    TopicKeyDef {
+        name: "segment.bytes",
+        broker_key: "log.segment.bytes",
+        kind: Kind::Int { min: 14, max: I32 },
+        doc: "Segment size.",
+    },
+    TopicKeyDef {
+        name: "segment.index.bytes",
+        broker_key: "log.index.size.max.bytes",
+        kind: Kind::Int { min: 12, max: I32 },
+        doc: "Preallocated index size.",
+    },
+    TopicKeyDef {
+        name: "segment.ms",
+        broker_key: "log.roll.ms",
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "Roll a non-empty segment this old.",
+    },
+    TopicKeyDef {
+        name: "unclean.leader.election.enable",
+        broker_key: "unclean.leader.election.enable",
+        kind: Kind::Bool,
+        doc: "Allow unclean leader election (with replication).",
+    },
 ];
 
 pub fn topic_key(name: &str) -> Option<&'static TopicKeyDef> {
@@ -95,10 +165,7 @@ pub fn broker_default(broker: &BrokerConfig, key: &str) -> String {
         "segment.ms" => l.segment_ms.to_string(),
         "flush.ms" => l.flush_ms.to_string(),
         "min.insync.replicas" => broker.min_insync_replicas.to_string(),
-        _ => broker_synonyms(key)
-            .first()
-            .and_then(|k| broker.values.get(k).cloned().flatten())
-            .unwrap_or_default(),
+        _ => broker_synonyms(key).first().and_then(|k| broker.values.get(k).cloned().flatten()).unwrap_or_default(),
     }
 }
 
@@ -160,7 +227,11 @@ pub struct Described {
 }
 
 /// Describes a topic's configs: every key (or those in `only`), with sources and synonyms.
-pub fn describe(broker: &BrokerConfig, overrides: &BTreeMap<String, String>, only: Option<&[String]>) -> Vec<Described> {
+pub fn describe(
+    broker: &BrokerConfig,
+    overrides: &BTreeMap<String, String>,
+    only: Option<&[String]>,
+) -> Vec<Described> {
     let mut out = Vec::new();
     for def in TOPIC_KEYS {
         if only.is_some_and(|o| !o.iter().any(|k| k == def.name)) {
@@ -176,16 +247,29 @@ pub fn describe(broker: &BrokerConfig, overrides: &BTreeMap<String, String>, onl
             }
         }
         let main_broker_key = broker_synonyms(def.name).first().copied().unwrap_or(def.broker_key);
-        let default = crate::config::key_def(main_broker_key).and_then(|k| k.default).map(str::to_string).unwrap_or_else(|| broker_default(broker, def.name));
+        let default = crate::config::key_def(main_broker_key)
+            .and_then(|k| k.default)
+            .map(str::to_string)
+            .unwrap_or_else(|| broker_default(broker, def.name));
         synonyms.push((main_broker_key.to_string(), default, source::DEFAULT_CONFIG));
         let (value, source) = match overrides.get(def.name) {
             Some(v) => (v.clone(), source::DYNAMIC_TOPIC_CONFIG),
             None => {
                 let explicit = broker_synonyms(def.name).iter().any(|k| broker.explicit.contains_key(*k));
-                (broker_default(broker, def.name), if explicit { source::STATIC_BROKER_CONFIG } else { source::DEFAULT_CONFIG })
+                (
+                    broker_default(broker, def.name),
+                    if explicit { source::STATIC_BROKER_CONFIG } else { source::DEFAULT_CONFIG },
+                )
             }
         };
-        out.push(Described { name: def.name, value, source, config_type: def.kind.config_type(), doc: def.doc, synonyms });
+        out.push(Described {
+            name: def.name,
+            value,
+            source,
+            config_type: def.kind.config_type(),
+            doc: def.doc,
+            synonyms,
+        });
     }
     out
 }

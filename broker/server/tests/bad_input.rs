@@ -1,3 +1,4 @@
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 //! Bad input over real sockets: the right error code or a closed connection, and a healthy
 //! broker afterwards serving other clients.
 
@@ -59,7 +60,11 @@ async fn latest_offset(c: &mut Client, topic: &str, partition: i32) -> anyhow::R
     req.replica_id = BrokerId(-1);
     req.topics = vec![t];
     let resp = c.send(7, &req).await?;
-    anyhow::ensure!(resp.topics[0].partitions[0].error_code == 0, "list offsets error {}", resp.topics[0].partitions[0].error_code);
+    anyhow::ensure!(
+        resp.topics[0].partitions[0].error_code == 0,
+        "list offsets error {}",
+        resp.topics[0].partitions[0].error_code
+    );
     Ok(resp.topics[0].partitions[0].offset)
 }
 
@@ -205,7 +210,10 @@ async fn bad_batches_get_errors_and_write_nothing() -> anyhow::Result<()> {
     assert_eq!(latest_offset(&mut c, "t", 0).await?, 0, "nothing may be written by rejected batches");
     // A good batch still lands at offset 0.
     let r = c.send(9, &produce_req("t", 0, batch(4, 1000, Compression::Zstd, None), -1)).await?;
-    assert_eq!((r.responses[0].partition_responses[0].error_code, r.responses[0].partition_responses[0].base_offset), (0, 0));
+    assert_eq!(
+        (r.responses[0].partition_responses[0].error_code, r.responses[0].partition_responses[0].base_offset),
+        (0, 0)
+    );
     assert_eq!(latest_offset(&mut c, "t", 0).await?, 4);
     b.stop().await?;
     Ok(())
@@ -242,12 +250,18 @@ async fn idempotent_duplicates_and_gaps() -> anyhow::Result<()> {
     let pid = init.producer_id.0;
     let first = batch(3, 1000, Compression::None, Some((pid, 0, 0)));
     let r = c.send(9, &produce_req("idem", 0, first.clone(), -1)).await?;
-    assert_eq!((r.responses[0].partition_responses[0].error_code, r.responses[0].partition_responses[0].base_offset), (0, 0));
+    assert_eq!(
+        (r.responses[0].partition_responses[0].error_code, r.responses[0].partition_responses[0].base_offset),
+        (0, 0)
+    );
     let r = c.send(9, &produce_req("idem", 0, batch(2, 1000, Compression::None, Some((pid, 0, 3))), -1)).await?;
     assert_eq!(r.responses[0].partition_responses[0].base_offset, 3);
     // A retry of the first batch is answered with its original offset and not written again.
     let r = c.send(9, &produce_req("idem", 0, first, -1)).await?;
-    assert_eq!((r.responses[0].partition_responses[0].error_code, r.responses[0].partition_responses[0].base_offset), (0, 0));
+    assert_eq!(
+        (r.responses[0].partition_responses[0].error_code, r.responses[0].partition_responses[0].base_offset),
+        (0, 0)
+    );
     assert_eq!(latest_offset(&mut c, "idem", 0).await?, 5);
     // A gap in sequence numbers.
     let r = c.send(9, &produce_req("idem", 0, batch(1, 1000, Compression::None, Some((pid, 0, 9))), -1)).await?;
@@ -257,7 +271,10 @@ async fn idempotent_duplicates_and_gaps() -> anyhow::Result<()> {
     let b = TestBroker::start_in(dir, &[]).await?;
     let mut c = b.client().await?;
     let r = c.send(9, &produce_req("idem", 0, batch(2, 1000, Compression::None, Some((pid, 0, 3))), -1)).await?;
-    assert_eq!((r.responses[0].partition_responses[0].error_code, r.responses[0].partition_responses[0].base_offset), (0, 3));
+    assert_eq!(
+        (r.responses[0].partition_responses[0].error_code, r.responses[0].partition_responses[0].base_offset),
+        (0, 3)
+    );
     let r = c.send(9, &produce_req("idem", 0, batch(1, 1000, Compression::None, Some((pid, 0, 5))), -1)).await?;
     assert_eq!(r.responses[0].partition_responses[0].base_offset, 5);
     // A new producer id is never reused after a restart.

@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, HashSet};
 
 use oxbow_protocol::ResponseError;
-use oxbow_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use oxbow_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use oxbow_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use oxbow_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use oxbow_protocol::messages::delete_topics_response::DeletableTopicResult;
 use oxbow_protocol::messages::describe_cluster_response::DescribeClusterBroker;
@@ -20,14 +20,21 @@ pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTop
     let b = ctx.broker;
     let mut resp = CreateTopicsResponse::default();
     let mut seen = HashSet::new();
-    let dupes: HashSet<String> = req.topics.iter().filter(|t| !seen.insert(t.name.0.to_string())).map(|t| t.name.0.to_string()).collect();
+    let dupes: HashSet<String> =
+        req.topics.iter().filter(|t| !seen.insert(t.name.0.to_string())).map(|t| t.name.0.to_string()).collect();
     for t in req.topics {
         let name = t.name.0.to_string();
         let mut r = CreatableTopicResult::default();
         r.name = t.name.clone();
         r.num_partitions = -1;
         r.replication_factor = -1;
-        let partitions = if !t.assignments.is_empty() { t.assignments.len() as i32 } else if t.num_partitions == -1 { b.config.num_partitions } else { t.num_partitions };
+        let partitions = if !t.assignments.is_empty() {
+            t.assignments.len() as i32
+        } else if t.num_partitions == -1 {
+            b.config.num_partitions
+        } else {
+            t.num_partitions
+        };
         let rf = if !t.assignments.is_empty() {
             t.assignments[0].broker_ids.len() as i16
         } else if t.replication_factor == -1 {
@@ -35,18 +42,31 @@ pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTop
         } else {
             t.replication_factor
         };
-        let configs: BTreeMap<String, String> = t.configs.iter().map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string()).unwrap_or_default())).collect();
+        let configs: BTreeMap<String, String> = t
+            .configs
+            .iter()
+            .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string()).unwrap_or_default()))
+            .collect();
         let check = || -> Result<(), ApiError> {
             if dupes.contains(&name) {
-                return Err(ApiError::new(ResponseError::InvalidRequest, format!("topic {name} appears more than once in the request")));
+                return Err(ApiError::new(
+                    ResponseError::InvalidRequest,
+                    format!("topic {name} appears more than once in the request"),
+                ));
             }
             if !t.assignments.is_empty() && (t.num_partitions != -1 || t.replication_factor != -1) {
-                return Err(ApiError::new(ResponseError::InvalidRequest, "both assignments and partitions/replication factor given"));
+                return Err(ApiError::new(
+                    ResponseError::InvalidRequest,
+                    "both assignments and partitions/replication factor given",
+                ));
             }
             for (i, a) in t.assignments.iter().enumerate() {
                 let ok = a.partition_index == i as i32 && a.broker_ids.len() == 1 && a.broker_ids[0].0 == b.node_id();
                 if !ok {
-                    return Err(ApiError::new(ResponseError::InvalidReplicaAssignment, format!("partition {} must be assigned to broker {} only", a.partition_index, b.node_id())));
+                    return Err(ApiError::new(
+                        ResponseError::InvalidReplicaAssignment,
+                        format!("partition {} must be assigned to broker {} only", a.partition_index, b.node_id()),
+                    ));
                 }
             }
             for c in &t.configs {
@@ -54,7 +74,9 @@ pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTop
             }
             b.check_new_topic(&name, partitions, rf, &configs)
         };
-        let result = check().and_then(|()| if req.validate_only { Ok(None) } else { b.create_topic(&name, partitions, configs.clone()).map(Some) });
+        let result = check().and_then(|()| {
+            if req.validate_only { Ok(None) } else { b.create_topic(&name, partitions, configs.clone()).map(Some) }
+        });
         match result {
             Ok(created) => {
                 r.num_partitions = partitions;
@@ -90,7 +112,8 @@ pub async fn delete_topics(ctx: &Ctx<'_>, req: DeleteTopicsRequest) -> DeleteTop
     let b = ctx.broker;
     let mut resp = DeleteTopicsResponse::default();
     // v0-5 name topics in `topic_names`; v6 uses `topics` with a name or an id.
-    let mut targets: Vec<(Option<String>, uuid::Uuid)> = req.topic_names.iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect();
+    let mut targets: Vec<(Option<String>, uuid::Uuid)> =
+        req.topic_names.iter().map(|n| (Some(n.0.to_string()), uuid::Uuid::nil())).collect();
     targets.extend(req.topics.iter().map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)));
     for (name, id) in targets {
         let mut r = DeletableTopicResult::default();
@@ -125,10 +148,14 @@ pub async fn create_partitions(ctx: &Ctx<'_>, req: CreatePartitionsRequest) -> C
         let name = t.name.0.to_string();
         let current = b.topic(&name).map_or(0, |t| t.meta.partitions);
         let bad_assignment = t.assignments.as_ref().is_some_and(|a| {
-            a.len() as i32 != t.count - current || a.iter().any(|x| x.broker_ids.len() != 1 || x.broker_ids[0].0 != b.node_id())
+            a.len() as i32 != t.count - current
+                || a.iter().any(|x| x.broker_ids.len() != 1 || x.broker_ids[0].0 != b.node_id())
         });
         let result = if bad_assignment {
-            Err(ApiError::new(ResponseError::InvalidReplicaAssignment, format!("new partitions must be assigned to broker {} only", b.node_id())))
+            Err(ApiError::new(
+                ResponseError::InvalidReplicaAssignment,
+                format!("new partitions must be assigned to broker {} only", b.node_id()),
+            ))
         } else {
             b.create_partitions(&name, t.count, req.validate_only)
         };
@@ -214,6 +241,7 @@ pub async fn describe_cluster(ctx: &Ctx<'_>, req: DescribeClusterRequest) -> Des
     br.host = s(adv.host.clone());
     br.port = i32::from(adv.port);
     resp.brokers = vec![br];
-    resp.cluster_authorized_operations = if req.include_cluster_authorized_operations { ALL_CLUSTER_OPERATIONS } else { OPERATIONS_NOT_REQUESTED };
+    resp.cluster_authorized_operations =
+        if req.include_cluster_authorized_operations { ALL_CLUSTER_OPERATIONS } else { OPERATIONS_NOT_REQUESTED };
     resp
 }

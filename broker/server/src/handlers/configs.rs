@@ -4,9 +4,11 @@
 use std::collections::BTreeMap;
 
 use oxbow_protocol::ResponseError;
-use oxbow_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym};
-use oxbow_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as IncResult;
 use oxbow_protocol::messages::alter_configs_response::AlterConfigsResourceResponse as AlterResult;
+use oxbow_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+};
+use oxbow_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as IncResult;
 use oxbow_protocol::messages::*;
 
 use super::Ctx;
@@ -17,18 +19,30 @@ use crate::topic_config::{self, source};
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
 
-fn entry(name: &str, value: Option<String>, read_only: bool, src: i8, ty: i8, doc: &str, synonyms: Vec<(String, String, i8)>, ctx: &Ctx<'_>, with_syn: bool, with_doc: bool) -> DescribeConfigsResourceResult {
+/// One config entry before encoding.
+struct Entry<'a> {
+    name: &'a str,
+    value: Option<String>,
+    read_only: bool,
+    source: i8,
+    config_type: i8,
+    doc: &'a str,
+    synonyms: Vec<(String, String, i8)>,
+}
+
+fn entry(x: Entry<'_>, ctx: &Ctx<'_>, with_syn: bool, with_doc: bool) -> DescribeConfigsResourceResult {
     let mut e = DescribeConfigsResourceResult::default();
-    e.name = s(name);
-    e.value = value.map(s);
-    e.read_only = read_only;
-    e.config_source = src;
-    e.config_type = ty;
+    e.name = s(x.name);
+    e.value = x.value.map(s);
+    e.read_only = x.read_only;
+    e.config_source = x.source;
+    e.config_type = x.config_type;
     if with_doc && ctx.version >= 3 {
-        e.documentation = Some(s(doc));
+        e.documentation = Some(s(x.doc));
     }
     if with_syn {
-        e.synonyms = synonyms
+        e.synonyms = x
+            .synonyms
             .into_iter()
             .map(|(n, v, src)| {
                 let mut sy = DescribeConfigsSynonym::default();
@@ -50,7 +64,8 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
         let mut out = DescribeConfigsResult::default();
         out.resource_type = r.resource_type;
         out.resource_name = r.resource_name.clone();
-        let only: Option<Vec<String>> = r.configuration_keys.as_ref().map(|k| k.iter().map(|k| k.to_string()).collect());
+        let only: Option<Vec<String>> =
+            r.configuration_keys.as_ref().map(|k| k.iter().map(|k| k.to_string()).collect());
         match r.resource_type {
             TOPIC => match b.topic(r.resource_name.as_str()) {
                 None => {
@@ -59,7 +74,16 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
                 }
                 Some(t) => {
                     for d in topic_config::describe(&b.config, &t.meta.configs, only.as_deref()) {
-                        out.configs.push(entry(d.name, Some(d.value), false, d.source, d.config_type, d.doc, d.synonyms, ctx, with_syn, with_doc));
+                        let x = Entry {
+                            name: d.name,
+                            value: Some(d.value),
+                            read_only: false,
+                            source: d.source,
+                            config_type: d.config_type,
+                            doc: d.doc,
+                            synonyms: d.synonyms,
+                        };
+                        out.configs.push(entry(x, ctx, with_syn, with_doc));
                     }
                 }
             },
@@ -75,7 +99,8 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
                         }
                         let value = b.config.values.get(def.name).cloned().flatten();
                         let explicit = b.config.explicit.get(def.name).cloned();
-                        let src = if explicit.is_some() { source::STATIC_BROKER_CONFIG } else { source::DEFAULT_CONFIG };
+                        let src =
+                            if explicit.is_some() { source::STATIC_BROKER_CONFIG } else { source::DEFAULT_CONFIG };
                         let mut syn = Vec::new();
                         if let Some(v) = explicit {
                             syn.push((def.name.to_string(), v, source::STATIC_BROKER_CONFIG));
@@ -83,7 +108,16 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
                         if let Some(d) = def.default {
                             syn.push((def.name.to_string(), d.to_string(), source::DEFAULT_CONFIG));
                         }
-                        out.configs.push(entry(def.name, value, true, src, def.kind.config_type(), def.doc, syn, ctx, with_syn, with_doc));
+                        let x = Entry {
+                            name: def.name,
+                            value,
+                            read_only: true,
+                            source: src,
+                            config_type: def.kind.config_type(),
+                            doc: def.doc,
+                            synonyms: syn,
+                        };
+                        out.configs.push(entry(x, ctx, with_syn, with_doc));
                     }
                 }
             }
@@ -100,7 +134,10 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
 fn not_a_topic(resource_type: i8) -> Option<ApiError> {
     match resource_type {
         TOPIC => None,
-        BROKER => Some(ApiError::new(ResponseError::InvalidRequest, "dynamic broker configs are not supported; set them in server.properties")),
+        BROKER => Some(ApiError::new(
+            ResponseError::InvalidRequest,
+            "dynamic broker configs are not supported; set them in server.properties",
+        )),
         other => Some(ApiError::new(ResponseError::InvalidRequest, format!("resource type {other} is not supported"))),
     }
 }
@@ -119,7 +156,10 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterConfigsRequest) -> AlterConfigsRespo
             }
             let name = r.resource_name.as_str();
             if b.topic(name).is_none() {
-                return Err(ApiError::new(ResponseError::UnknownTopicOrPartition, format!("topic {name} does not exist")));
+                return Err(ApiError::new(
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("topic {name} does not exist"),
+                ));
             }
             let mut configs = BTreeMap::new();
             for c in &r.configs {
@@ -159,7 +199,10 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
             }
             let name = r.resource_name.as_str();
             let Some(topic) = b.topic(name) else {
-                return Err(ApiError::new(ResponseError::UnknownTopicOrPartition, format!("topic {name} does not exist")));
+                return Err(ApiError::new(
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("topic {name} does not exist"),
+                ));
             };
             let mut configs = topic.meta.configs.clone();
             for c in &r.configs {
@@ -172,17 +215,25 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
                     }
                     DELETE => {
                         if topic_config::topic_key(&key).is_none() {
-                            return Err(ApiError::new(ResponseError::InvalidConfig, format!("unknown topic config {key:?}")));
+                            return Err(ApiError::new(
+                                ResponseError::InvalidConfig,
+                                format!("unknown topic config {key:?}"),
+                            ));
                         }
                         configs.remove(&key);
                     }
                     APPEND | SUBTRACT => {
                         // Only list-typed keys support these; cleanup.policy is the one list here.
                         if key != "cleanup.policy" {
-                            return Err(ApiError::new(ResponseError::InvalidConfig, format!("{key} is not a list; APPEND/SUBTRACT do not apply")));
+                            return Err(ApiError::new(
+                                ResponseError::InvalidConfig,
+                                format!("{key} is not a list; APPEND/SUBTRACT do not apply"),
+                            ));
                         }
-                        let current = configs.get(&key).cloned().unwrap_or_else(|| topic_config::broker_default(&b.config, &key));
-                        let mut items: Vec<String> = current.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+                        let current =
+                            configs.get(&key).cloned().unwrap_or_else(|| topic_config::broker_default(&b.config, &key));
+                        let mut items: Vec<String> =
+                            current.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
                         for v in value.as_deref().unwrap_or("").split(',').map(str::trim).filter(|v| !v.is_empty()) {
                             if c.config_operation == APPEND && !items.iter().any(|i| i == v) {
                                 items.push(v.to_string());
@@ -194,7 +245,12 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
                         topic_config::validate(&key, Some(&joined))?;
                         configs.insert(key, joined);
                     }
-                    op => return Err(ApiError::new(ResponseError::InvalidRequest, format!("unknown config operation {op}"))),
+                    op => {
+                        return Err(ApiError::new(
+                            ResponseError::InvalidRequest,
+                            format!("unknown config operation {op}"),
+                        ));
+                    }
                 }
             }
             if !req.validate_only {

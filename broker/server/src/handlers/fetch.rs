@@ -42,7 +42,12 @@ fn empty_partition(index: i32) -> PartitionData {
 }
 
 /// One pass over every wanted partition. Returns the response topics and the bytes gathered.
-fn read_once(wants: &[Want], topics: &[FetchableTopicResponse], max_total: usize, read_committed: bool) -> (Vec<FetchableTopicResponse>, usize, bool) {
+fn read_once(
+    wants: &[Want],
+    topics: &[FetchableTopicResponse],
+    max_total: usize,
+    read_committed: bool,
+) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let mut out: Vec<FetchableTopicResponse> = topics.to_vec();
     let mut total = 0usize;
     let mut any_error = false;
@@ -68,18 +73,18 @@ fn read_once(wants: &[Want], topics: &[FetchableTopicResponse], max_total: usize
                         pd.high_watermark = offsets.high_watermark;
                         pd.last_stable_offset = offsets.high_watermark;
                         pd.log_start_offset = offsets.log_start;
-                        if let ReadStart::Plan(plan) = start {
-                            if budget > 0 || min_one {
-                                match plan.execute() {
-                                    Ok(bytes) => {
-                                        total += bytes.len();
-                                        pd.records = Some(bytes);
-                                    }
-                                    Err(e) => {
-                                        let e: ApiError = e.into();
-                                        pd.error_code = e.code();
-                                        any_error = true;
-                                    }
+                        if let ReadStart::Plan(plan) = start
+                            && (budget > 0 || min_one)
+                        {
+                            match plan.execute() {
+                                Ok(bytes) => {
+                                    total += bytes.len();
+                                    pd.records = Some(bytes);
+                                }
+                                Err(e) => {
+                                    let e: ApiError = e.into();
+                                    pd.error_code = e.code();
+                                    any_error = true;
                                 }
                             }
                         }
@@ -122,7 +127,10 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
             let target = match &topic {
                 None if by_id => Err(ApiError::new(ResponseError::UnknownTopicId, "unknown topic id")),
                 None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic")),
-                Some(t) => t.partition(fp.partition).cloned().ok_or_else(|| ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown partition")),
+                Some(t) => t
+                    .partition(fp.partition)
+                    .cloned()
+                    .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown partition")),
             };
             wants.push(Want {
                 topic_slot: slot,
@@ -140,7 +148,8 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0));
     loop {
         // Subscribe before reading so that an append between the read and the wait wakes us.
-        let mut watchers: Vec<watch::Receiver<i64>> = wants.iter().filter_map(|w| w.target.as_ref().ok().map(|p| p.subscribe())).collect();
+        let mut watchers: Vec<watch::Receiver<i64>> =
+            wants.iter().filter_map(|w| w.target.as_ref().ok().map(|p| p.subscribe())).collect();
         for w in &mut watchers {
             w.borrow_and_update();
         }

@@ -44,7 +44,9 @@ pub async fn handle(ctx: &Ctx<'_>, req: ListOffsetsRequest) -> ListOffsetsRespon
             let part = topic.as_ref().and_then(|t| t.partition(rp.partition_index));
             let result = match part {
                 None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic or partition")),
-                Some(p) => lookup(p, rp.timestamp, rp.current_leader_epoch).map(|r| (r, p.leader_epoch().unwrap_or(-1))),
+                Some(p) => {
+                    lookup(p, rp.timestamp, rp.current_leader_epoch).map(|r| (r, p.leader_epoch().unwrap_or(-1)))
+                }
             };
             match result {
                 Ok(((offset, ts), epoch)) => {

@@ -1,7 +1,9 @@
 //! Metadata: brokers, topics and partitions, with auto topic creation.
 
 use oxbow_protocol::ResponseError;
-use oxbow_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic};
+use oxbow_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
 use oxbow_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use uuid::Uuid;
 
@@ -58,7 +60,12 @@ pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
     resp.brokers = vec![broker];
     resp.cluster_id = Some(s(b.cluster_id.clone()));
     resp.controller_id = BrokerId(b.node_id());
-    resp.cluster_authorized_operations = if req.include_cluster_authorized_operations && (8..=10).contains(&ctx.version) { ALL_CLUSTER_OPERATIONS } else { OPERATIONS_NOT_REQUESTED };
+    resp.cluster_authorized_operations = if req.include_cluster_authorized_operations && (8..=10).contains(&ctx.version)
+    {
+        ALL_CLUSTER_OPERATIONS
+    } else {
+        OPERATIONS_NOT_REQUESTED
+    };
     // v0: an empty list means all topics; v1+: null means all, empty means none.
     let requested = match req.topics {
         None => None,

@@ -46,20 +46,29 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
         for pd in td.partition_data {
             let fail = |e: ApiError| partition_error(pd.index, &e);
             if !matches!(acks, -1..=1) {
-                tr.partition_responses.push(fail(ApiError::new(ResponseError::InvalidRequiredAcks, format!("acks={acks}"))));
+                tr.partition_responses
+                    .push(fail(ApiError::new(ResponseError::InvalidRequiredAcks, format!("acks={acks}"))));
                 continue;
             }
             if req.transactional_id.is_some() {
-                tr.partition_responses.push(fail(ApiError::new(ResponseError::TransactionalIdAuthorizationFailed, "transactions are not supported yet")));
+                tr.partition_responses.push(fail(ApiError::new(
+                    ResponseError::TransactionalIdAuthorizationFailed,
+                    "transactions are not supported yet",
+                )));
                 continue;
             }
             let Some(topic) = topic.as_ref() else {
-                let e = if ctx.version >= 13 { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
+                let e = if ctx.version >= 13 {
+                    ResponseError::UnknownTopicId
+                } else {
+                    ResponseError::UnknownTopicOrPartition
+                };
                 tr.partition_responses.push(fail(ApiError::new(e, "unknown topic")));
                 continue;
             };
             let Some(partition) = topic.partition(pd.index) else {
-                tr.partition_responses.push(fail(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown partition")));
+                tr.partition_responses
+                    .push(fail(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown partition")));
                 continue;
             };
             let records = pd.records.unwrap_or_default();
@@ -83,7 +92,12 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
                     pr.log_append_time_ms = r.log_append_time;
                     pr.log_start_offset = r.log_start_offset;
                     if acks == -1 {
-                        pending.push(Pending { topic: resp.responses.len(), partition: partition.clone(), resp_index: tr.partition_responses.len(), wait_for: r.last_offset + 1 });
+                        pending.push(Pending {
+                            topic: resp.responses.len(),
+                            partition: partition.clone(),
+                            resp_index: tr.partition_responses.len(),
+                            wait_for: r.last_offset + 1,
+                        });
                     }
                     tr.partition_responses.push(pr);
                 }
