@@ -55,6 +55,10 @@ pub struct LogConfig {
     pub cleanup_delete: bool,
     /// `producer.id.expiration.ms`
     pub producer_id_expiration_ms: i64,
+    /// `message.timestamp.after.max.ms`: CreateTime batches further ahead are refused
+    pub timestamp_after_max_ms: i64,
+    /// `message.timestamp.before.max.ms`: CreateTime batches older than this are refused
+    pub timestamp_before_max_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -73,6 +77,8 @@ impl Default for LogConfig {
             log_append_time: false,
             cleanup_delete: true,
             producer_id_expiration_ms: 86_400_000,
+            timestamp_after_max_ms: 3_600_000,
+            timestamp_before_max_ms: i64::MAX,
         }
     }
 }

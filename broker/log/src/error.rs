@@ -13,6 +13,8 @@ pub enum BatchError {
     TooLarge { size: usize, max: usize },
     #[error("invalid record batch: {0}")]
     InvalidRecord(String),
+    #[error("timestamp {timestamp} is out of range ({reason})")]
+    InvalidTimestamp { timestamp: i64, reason: String },
 }
 
 /// Errors from log operations.

@@ -392,6 +392,11 @@ impl Log {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendResult> {
+        if !self.config.log_append_time {
+            for b in batches {
+                self.check_timestamps(&b.header, now_ms)?;
+            }
+        }
         // Idempotence first: a retry of batches already written is answered, not appended.
         for b in batches {
             match self.producers.check(&b.header)? {
@@ -468,6 +473,23 @@ impl Log {
             records: records_n,
             bytes: buf.len(),
         })
+    }
+
+    /// `message.timestamp.after.max.ms` against the batch's newest timestamp and
+    /// `message.timestamp.before.max.ms` against its first (the header carries no minimum).
+    fn check_timestamps(&self, h: &BatchHeader, now_ms: i64) -> Result<()> {
+        let c = &self.config;
+        if h.max_timestamp > now_ms.saturating_add(c.timestamp_after_max_ms) {
+            let reason =
+                format!("more than message.timestamp.after.max.ms={} ahead of the broker", c.timestamp_after_max_ms);
+            return Err(crate::error::BatchError::InvalidTimestamp { timestamp: h.max_timestamp, reason }.into());
+        }
+        if h.base_timestamp >= 0 && h.base_timestamp < now_ms.saturating_sub(c.timestamp_before_max_ms) {
+            let reason =
+                format!("more than message.timestamp.before.max.ms={} behind the broker", c.timestamp_before_max_ms);
+            return Err(crate::error::BatchError::InvalidTimestamp { timestamp: h.base_timestamp, reason }.into());
+        }
+        Ok(())
     }
 
     /// Seals the active segment and starts a new one at the log end.

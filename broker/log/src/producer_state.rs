@@ -59,6 +59,17 @@ impl ProducerState {
         self.producers.get(&producer_id)
     }
 
+    /// `(producer id, epoch, last sequence, last timestamp)` of every producer, by id.
+    pub fn entries(&self) -> Vec<(i64, i16, i32, i64)> {
+        let mut v: Vec<_> = self
+            .producers
+            .iter()
+            .filter_map(|(id, e)| e.batches.back().map(|b| (*id, e.epoch, b.last_seq, b.timestamp)))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Checks a client batch (offsets not yet assigned) against the state.
     pub fn check(&self, h: &BatchHeader) -> Result<SeqCheck, LogError> {
         if !h.has_producer_id() {

@@ -80,6 +80,7 @@ pub enum AnyRequest {
     DescribeConfigs(messages::DescribeConfigsRequest),
     AlterConfigs(messages::AlterConfigsRequest),
     IncrementalAlterConfigs(messages::IncrementalAlterConfigsRequest),
+    DescribeProducers(messages::DescribeProducersRequest),
 }
 
 /// Decodes a whole request frame (without the size prefix) the way the broker does: unknown
@@ -109,6 +110,7 @@ pub fn decode_any(frame: Bytes) -> Result<(RequestHeader, AnyRequest), ProtocolE
         ApiKey::DescribeConfigs => AnyRequest::DescribeConfigs(decode_body(api, v, &mut body)?),
         ApiKey::AlterConfigs => AnyRequest::AlterConfigs(decode_body(api, v, &mut body)?),
         ApiKey::IncrementalAlterConfigs => AnyRequest::IncrementalAlterConfigs(decode_body(api, v, &mut body)?),
+        ApiKey::DescribeProducers => AnyRequest::DescribeProducers(decode_body(api, v, &mut body)?),
         other => return Err(ProtocolError::Decode { api: other, version: v, reason: "not served".into() }),
     };
     Ok((raw.header, req))

@@ -22,6 +22,7 @@ const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::DescribeProducers, 0, 0),
 ];
 
 /// The advertised version range of one API.

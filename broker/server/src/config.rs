@@ -26,6 +26,8 @@ pub enum Kind {
     Listeners,
     /// A comma-separated list of paths.
     Paths,
+    /// A decimal number in `[0, 1]`.
+    Ratio,
 }
 
 impl Kind {
@@ -40,6 +42,7 @@ impl Kind {
                 "a comma-separated list of NAME://host:port (host may be empty or an IP literal; port 0..65535)".into()
             }
             Kind::Paths => "a comma-separated list of directories".into(),
+            Kind::Ratio => "a decimal number in [0, 1]".into(),
         }
     }
 
@@ -51,6 +54,7 @@ impl Kind {
             Kind::Int { .. } => 5,
             Kind::Choice(_) => 2,
             Kind::Listeners | Kind::Paths => 7,
+            Kind::Ratio => 6,
         }
     }
 
@@ -61,6 +65,7 @@ impl Kind {
             Kind::Choice(c) => c.contains(&value.trim()),
             Kind::Listeners => parse_listeners(value).is_ok(),
             Kind::Paths => value.split(',').all(|p| !p.trim().is_empty()),
+            Kind::Ratio => value.trim().parse::<f64>().is_ok_and(|v| (0.0..=1.0).contains(&v)),
         }
     }
 }
@@ -235,6 +240,60 @@ pub const KEYS: &[KeyDef] = &[
         default: Some("1048588"),
         kind: Kind::Int { min: 0, max: I32 },
         doc: "Largest record batch accepted (after recompression).",
+    },
+    KeyDef {
+        name: "log.message.timestamp.after.max.ms",
+        default: Some("3600000"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "CreateTime batches whose newest timestamp is further than this in the future are refused (INVALID_TIMESTAMP).",
+    },
+    KeyDef {
+        name: "log.message.timestamp.before.max.ms",
+        default: Some("9223372036854775807"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "CreateTime batches whose first timestamp is older than this are refused (INVALID_TIMESTAMP).",
+    },
+    KeyDef {
+        name: "log.cleaner.delete.retention.ms",
+        default: Some("86400000"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Accepted and reported; takes effect with log compaction (not implemented yet).",
+    },
+    KeyDef {
+        name: "log.cleaner.min.compaction.lag.ms",
+        default: Some("0"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Accepted and reported; takes effect with log compaction (not implemented yet).",
+    },
+    KeyDef {
+        name: "log.cleaner.max.compaction.lag.ms",
+        default: Some("9223372036854775807"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "Accepted and reported; takes effect with log compaction (not implemented yet).",
+    },
+    KeyDef {
+        name: "log.cleaner.min.cleanable.ratio",
+        default: Some("0.5"),
+        kind: Kind::Ratio,
+        doc: "Accepted and reported; takes effect with log compaction (not implemented yet).",
+    },
+    KeyDef {
+        name: "log.segment.delete.delay.ms",
+        default: Some("60000"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Accepted and reported; segments are deleted at once (readers keep their open file handle).",
+    },
+    KeyDef {
+        name: "log.preallocate",
+        default: Some("false"),
+        kind: Kind::Bool,
+        doc: "Accepted and reported; segment files are not preallocated (indexes always are).",
+    },
+    KeyDef {
+        name: "log.roll.jitter.ms",
+        default: Some("0"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Accepted and reported; no jitter is applied to segment.ms yet.",
     },
     KeyDef {
         name: "min.insync.replicas",
@@ -494,6 +553,8 @@ impl BrokerConfig {
             log_append_time: get("log.message.timestamp.type").as_deref() == Some("LogAppendTime"),
             cleanup_delete: true,
             producer_id_expiration_ms: req_int("producer.id.expiration.ms")?,
+            timestamp_after_max_ms: req_int("log.message.timestamp.after.max.ms")?,
+            timestamp_before_max_ms: req_int("log.message.timestamp.before.max.ms")?,
         };
         let default_rf = req_int("default.replication.factor")?;
         if default_rf != 1 {

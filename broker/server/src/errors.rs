@@ -27,6 +27,7 @@ pub fn log_error(e: &LogError) -> ResponseError {
         LogError::Batch(BatchError::Corrupt(_)) => ResponseError::CorruptMessage,
         LogError::Batch(BatchError::TooLarge { .. }) => ResponseError::MessageTooLarge,
         LogError::Batch(BatchError::InvalidRecord(_)) => ResponseError::InvalidRecord,
+        LogError::Batch(BatchError::InvalidTimestamp { .. }) => ResponseError::InvalidTimestamp,
         LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         LogError::ProducerFenced { .. } => ResponseError::InvalidProducerEpoch,

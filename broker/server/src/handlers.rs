@@ -79,6 +79,7 @@ pub async fn dispatch(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<Bytes
             AnyRequest::DescribeConfigs(r) => answer!(configs::describe(&ctx, r)),
             AnyRequest::AlterConfigs(r) => answer!(configs::alter(&ctx, r)),
             AnyRequest::IncrementalAlterConfigs(r) => answer!(configs::incremental_alter(&ctx, r)),
+            AnyRequest::DescribeProducers(r) => answer!(admin::describe_producers(&ctx, r)),
         }
     }
     .instrument(span)

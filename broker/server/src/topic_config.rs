@@ -107,6 +107,60 @@ pub const TOPIC_KEYS: &[TopicKeyDef] = &[
         doc: "Roll a non-empty segment this old.",
     },
     TopicKeyDef {
+        name: "message.timestamp.after.max.ms",
+        broker_key: "log.message.timestamp.after.max.ms",
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Refuse CreateTime batches this far in the future.",
+    },
+    TopicKeyDef {
+        name: "message.timestamp.before.max.ms",
+        broker_key: "log.message.timestamp.before.max.ms",
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Refuse CreateTime batches this far in the past.",
+    },
+    TopicKeyDef {
+        name: "delete.retention.ms",
+        broker_key: "log.cleaner.delete.retention.ms",
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Accepted; effective with compaction (not yet).",
+    },
+    TopicKeyDef {
+        name: "min.compaction.lag.ms",
+        broker_key: "log.cleaner.min.compaction.lag.ms",
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Accepted; effective with compaction (not yet).",
+    },
+    TopicKeyDef {
+        name: "max.compaction.lag.ms",
+        broker_key: "log.cleaner.max.compaction.lag.ms",
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "Accepted; effective with compaction (not yet).",
+    },
+    TopicKeyDef {
+        name: "min.cleanable.dirty.ratio",
+        broker_key: "log.cleaner.min.cleanable.ratio",
+        kind: Kind::Ratio,
+        doc: "Accepted; effective with compaction (not yet).",
+    },
+    TopicKeyDef {
+        name: "file.delete.delay.ms",
+        broker_key: "log.segment.delete.delay.ms",
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Accepted; segments are deleted at once.",
+    },
+    TopicKeyDef {
+        name: "preallocate",
+        broker_key: "log.preallocate",
+        kind: Kind::Bool,
+        doc: "Accepted; segments are not preallocated.",
+    },
+    TopicKeyDef {
+        name: "segment.jitter.ms",
+        broker_key: "log.roll.jitter.ms",
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Accepted; no jitter yet.",
+    },
+    TopicKeyDef {
         name: "unclean.leader.election.enable",
         broker_key: "unclean.leader.election.enable",
         kind: Kind::Bool,
@@ -135,6 +189,15 @@ pub fn broker_synonyms(topic_key: &str) -> &'static [&'static str] {
         "segment.bytes" => &["log.segment.bytes"],
         "segment.index.bytes" => &["log.index.size.max.bytes"],
         "unclean.leader.election.enable" => &["unclean.leader.election.enable"],
+        "message.timestamp.after.max.ms" => &["log.message.timestamp.after.max.ms"],
+        "message.timestamp.before.max.ms" => &["log.message.timestamp.before.max.ms"],
+        "delete.retention.ms" => &["log.cleaner.delete.retention.ms"],
+        "min.compaction.lag.ms" => &["log.cleaner.min.compaction.lag.ms"],
+        "max.compaction.lag.ms" => &["log.cleaner.max.compaction.lag.ms"],
+        "min.cleanable.dirty.ratio" => &["log.cleaner.min.cleanable.ratio"],
+        "file.delete.delay.ms" => &["log.segment.delete.delay.ms"],
+        "preallocate" => &["log.preallocate"],
+        "segment.jitter.ms" => &["log.roll.jitter.ms"],
         _ => &[],
     }
 }
@@ -199,6 +262,12 @@ pub fn resolve(broker: &BrokerConfig, overrides: &BTreeMap<String, String>) -> L
     }
     if let Some(v) = int("max.message.bytes") {
         c.max_message_bytes = v as usize;
+    }
+    if let Some(v) = int("message.timestamp.after.max.ms") {
+        c.timestamp_after_max_ms = v;
+    }
+    if let Some(v) = int("message.timestamp.before.max.ms") {
+        c.timestamp_before_max_ms = v;
     }
     if let Some(v) = overrides.get("compression.type").and_then(|v| TargetCompression::parse(v.trim())) {
         c.compression = v;

@@ -245,3 +245,48 @@ pub async fn describe_cluster(ctx: &Ctx<'_>, req: DescribeClusterRequest) -> Des
         if req.include_cluster_authorized_operations { ALL_CLUSTER_OPERATIONS } else { OPERATIONS_NOT_REQUESTED };
     resp
 }
+
+/// DescribeProducers: the idempotent producer state of each partition (KIP-664).
+pub async fn describe_producers(ctx: &Ctx<'_>, req: DescribeProducersRequest) -> DescribeProducersResponse {
+    use oxbow_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
+    let b = ctx.broker;
+    let mut resp = DescribeProducersResponse::default();
+    for t in req.topics {
+        let topic = b.topic(t.name.0.as_str());
+        let mut tr = TopicResponse::default();
+        tr.name = t.name.clone();
+        for idx in t.partition_indexes {
+            let mut pr = PartitionResponse::default();
+            pr.partition_index = idx;
+            let found = topic
+                .as_ref()
+                .and_then(|t| t.partition(idx))
+                .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic or partition"));
+            let producers = found.and_then(|p| p.with_log(|l| l.producer_state().entries()));
+            match producers {
+                Ok(list) => {
+                    pr.active_producers = list
+                        .into_iter()
+                        .map(|(id, epoch, last_seq, last_ts)| {
+                            let mut ps = ProducerState::default();
+                            ps.producer_id = ProducerId(id);
+                            ps.producer_epoch = i32::from(epoch);
+                            ps.last_sequence = last_seq;
+                            ps.last_timestamp = last_ts;
+                            ps.coordinator_epoch = -1;
+                            ps.current_txn_start_offset = -1;
+                            ps
+                        })
+                        .collect();
+                }
+                Err(e) => {
+                    pr.error_code = e.code();
+                    pr.error_message = Some(s(e.message));
+                }
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    resp
+}

@@ -79,7 +79,8 @@ pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
     // Before v4 the request has no allow_auto_topic_creation field, and Kafka treats it as true.
     let allow_auto = if ctx.version < 4 { true } else { req.allow_auto_topic_creation };
     for rt in requested {
-        let name = rt.name.map(|n| n.0.to_string());
+        // By id (v10+): the Java client sends an empty name rather than null with the id.
+        let name = rt.name.map(|n| n.0.to_string()).filter(|n| !n.is_empty() || rt.topic_id.is_nil());
         let Some(name) = name else {
             // By topic id (v10+).
             match b.topic_by_id(rt.topic_id) {
