@@ -30,14 +30,10 @@ pub fn decode_header(api_key: ApiKey, version: i16, mut frame: Bytes) -> Result<
     Ok(RawRequest { api_key, header, body: frame })
 }
 
-/// Decodes a request body. Trailing bytes after the body are an error: a well-formed client never
-/// sends them, and accepting them would hide framing bugs.
+/// Decodes a request body. Bytes left after the body are ignored, as Apache Kafka does: some
+/// clients send them (librdkafka 2.16's Metadata v13 for all topics carries three extra bytes).
 pub fn decode_body<T: Decodable>(api: ApiKey, version: i16, body: &mut Bytes) -> Result<T, ProtocolError> {
-    let value = T::decode(body, version).map_err(|e| ProtocolError::Decode { api, version, reason: e.to_string() })?;
-    if !body.is_empty() {
-        return Err(ProtocolError::Decode { api, version, reason: format!("{} trailing bytes", body.len()) });
-    }
-    Ok(value)
+    T::decode(body, version).map_err(|e| ProtocolError::Decode { api, version, reason: e.to_string() })
 }
 
 /// Encodes a whole response frame: size prefix, response header, body.
@@ -153,5 +149,29 @@ mod tests {
         assert_eq!(raw.header.correlation_id, 9);
         let back: Result<ApiVersionsRequest, _> = decode_body(ApiKey::ApiVersions, 3, &mut raw.body);
         assert_eq!(back.ok().map(|r| r.client_software_name), Some(StrBytes::from_static_str("t")));
+    }
+
+    #[test]
+    fn huge_array_counts_are_refused_without_allocating() {
+        // Found by fuzz/decode_request: Metadata v0 whose topic array claims 0x02000000 entries
+        // (before the vendored patch this allocated 2.4 GB).
+        let frame = [0x00, 0x03, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00];
+        assert!(decode_any(Bytes::copy_from_slice(&frame)).is_err());
+        // The largest possible count, on a flexible version (compact array).
+        let mut f = vec![0x00, 0x03, 0x00, 0x0c, 0, 0, 0, 1, 0xff, 0xff, 0x00];
+        f.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+        assert!(decode_any(Bytes::from(f)).is_err());
+    }
+
+    #[test]
+    fn trailing_bytes_are_ignored_like_kafka() {
+        // librdkafka 2.16, Metadata v13 for all topics: header, then topics=null,
+        // allow_auto_topic_creation=false, include_topic_authorized_operations=false, no tags,
+        // and three more bytes Kafka ignores.
+        let mut f = vec![0x00, 0x03, 0x00, 0x0d, 0, 0, 0, 3, 0x00, 0x07];
+        f.extend_from_slice(b"rdkafka");
+        f.extend_from_slice(&[0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00]);
+        let decoded = decode_any(Bytes::from(f));
+        assert!(matches!(decoded, Ok((_, AnyRequest::Metadata(ref m))) if m.topics.is_none()), "{decoded:?}");
     }
 }

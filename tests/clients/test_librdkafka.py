@@ -1,0 +1,270 @@
+"""librdkafka (confluent-kafka 2.16) against Oxbow: produce/consume with every
+codec and the idempotent producer, ListOffsets, and the admin APIs that
+librdkafka's own test suite relies on (CreateTopics, Metadata,
+DescribeConfigs, CreatePartitions, DeleteTopics, auto-creation)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
+    Consumer,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import ConfigResource, ConfigSource, NewPartitions, ResourceType
+
+from oxbow_harness import (
+    DeliveryLog,
+    admin_client,
+    consume_all,
+    consumer_config,
+    create_topic,
+    flush_all,
+    produce_one,
+    wait_for_topic,
+    wait_until,
+    watermarks,
+)
+
+CODECS = ("gzip", "snappy", "lz4", "zstd")
+PARTITIONS = 4
+N_PER_CODEC = 25_000  # 4 codecs -> 100k records
+
+_rng = random.Random(20261130)
+_FILLER = (b"oxbow-kafka-compat-" * 40) + bytes(_rng.randrange(256) for _ in range(800))
+
+
+def value_of(i: int) -> bytes:
+    """Deterministic value of varied size (11..~420 bytes), partly compressible."""
+    n = (i * 7919) % 400
+    start = (i * 31) % 400
+    return b"v-%d-" % i + _FILLER[start:start + n]
+
+
+def headers_of(i: int) -> list[tuple[str, bytes]]:
+    return [("h1", str(i).encode()), ("h2", b"x")]
+
+
+def key_id(msg) -> int:
+    return int(msg.key()[2:])
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_idempotent_compressed_roundtrip(broker, codec):
+    topic = f"rd-{codec}"
+    create_topic(broker, topic, PARTITIONS)
+    base_ts = int(time.time() * 1000) - 10 * 60 * 1000  # recent past: clear of time retention
+
+    producer = Producer({
+        "bootstrap.servers": broker.bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "compression.type": codec,
+        "linger.ms": 5,
+    })
+    dr = DeliveryLog(key_id)
+    for i in range(N_PER_CODEC):
+        produce_one(
+            producer,
+            topic=topic,
+            key=b"k-%d" % i,
+            value=value_of(i),
+            headers=headers_of(i),
+            timestamp=base_ts + i,
+            partition=i % PARTITIONS,
+            on_delivery=dr,
+        )
+        if i % 1000 == 0:
+            producer.poll(0)
+    flush_all(producer, 120)
+
+    assert not dr.failed, f"{len(dr.failed)} deliveries failed, e.g. {list(dr.failed.items())[:3]}"
+    assert len(dr.ok) == N_PER_CODEC
+    per_part = N_PER_CODEC // PARTITIONS
+    for i, (p, off) in dr.ok.items():
+        assert p == i % PARTITIONS, f"record {i} delivered to partition {p}"
+        # Single producer, ordered, idempotent: record i is the (i // 4)-th in its partition.
+        assert off == i // PARTITIONS, f"record {i}: delivery offset {off}, expected {i // PARTITIONS}"
+
+    records = consume_all(broker, topic, range(PARTITIONS), timeout=120)
+    for p in range(PARTITIONS):
+        recs = records[p]
+        assert len(recs) == per_part, f"partition {p}: consumed {len(recs)} records, expected {per_part}"
+        for j, r in enumerate(recs):
+            i = j * PARTITIONS + p
+            assert r.offset == j, f"partition {p}: record #{j} has offset {r.offset}"
+            assert r.key == b"k-%d" % i, f"{p}@{j}: key {r.key!r}"
+            assert r.value == value_of(i), f"{p}@{j}: value mismatch (len {len(r.value or b'')})"
+            assert r.headers == tuple(headers_of(i)), f"{p}@{j}: headers {r.headers!r}"
+            assert (r.timestamp_type, r.timestamp) == (TIMESTAMP_CREATE_TIME, base_ts + i), \
+                f"{p}@{j}: timestamp {(r.timestamp_type, r.timestamp)}"
+            assert dr.ok[i] == (p, r.offset)
+
+    for p in range(PARTITIONS):
+        assert watermarks(broker, topic, p) == (0, per_part), f"watermarks of partition {p}"
+
+    # ListOffsets by timestamp. Partition p holds record i = 4j + p at offset j, ts base+i.
+    consumer = Consumer(consumer_config(broker))
+    try:
+        mid = 3000
+        cases = []
+        for p in range(PARTITIONS):
+            cases += [
+                (p, base_ts - 1000, 0),                          # before everything
+                (p, base_ts + p, 0),                             # exactly the first
+                (p, base_ts + PARTITIONS * mid + p, mid),        # exact middle
+                (p, base_ts + PARTITIONS * mid + p - 2, mid),    # between two records
+                (p, base_ts + N_PER_CODEC + 1000, -1),           # past the end
+            ]
+        for p, ts, expected in cases:
+            got = consumer.offsets_for_times([TopicPartition(topic, p, ts)], timeout=10)
+            assert len(got) == 1 and got[0].error is None, f"offsets_for_times error: {got}"
+            assert got[0].offset == expected, \
+                f"offsets_for_times(partition {p}, ts base+{ts - base_ts}) = {got[0].offset}, expected {expected}"
+    finally:
+        consumer.close()
+
+
+def test_list_topics_metadata(broker):
+    create_topic(broker, "md-topic", PARTITIONS)
+    md = admin_client(broker).list_topics(timeout=10)
+    assert len(md.brokers) == 1, f"brokers: {md.brokers}"
+    (b,) = md.brokers.values()
+    assert (b.host, b.port) == ("127.0.0.1", broker.port), f"advertised {b.host}:{b.port}"
+    assert md.controller_id == b.id
+    assert md.cluster_id, "no cluster id in metadata"
+    t = md.topics["md-topic"]
+    assert t.error is None
+    assert sorted(t.partitions) == list(range(PARTITIONS))
+    for pid, pm in t.partitions.items():
+        assert pm.error is None, f"partition {pid}: {pm.error}"
+        assert pm.leader == b.id
+        assert pm.replicas == [b.id] and pm.isrs == [b.id]
+
+    # A single-topic request answers for that topic only.
+    md1 = admin_client(broker).list_topics(topic="md-topic", timeout=10)
+    assert list(md1.topics) == ["md-topic"]
+
+
+def test_describe_configs_full_entries(broker_factory):
+    broker = broker_factory({"log.segment.bytes": "1048576"})
+    topic = "cfg-topic"
+    create_topic(broker, topic, 2, config={"retention.ms": "123456789"})
+    admin = admin_client(broker)
+    res = ConfigResource(ResourceType.TOPIC, topic)
+    entries = admin.describe_configs([res], request_timeout=15)[res].result(timeout=20)
+
+    # Full entry list, not only overrides (librdkafka's tests rely on this).
+    for name in ("cleanup.policy", "retention.ms", "retention.bytes", "segment.bytes",
+                 "segment.ms", "max.message.bytes", "compression.type",
+                 "message.timestamp.type", "min.insync.replicas"):
+        assert name in entries, f"DescribeConfigs(topic) lacks {name!r}; has {sorted(entries)}"
+
+    override = entries["retention.ms"]
+    assert override.value == "123456789"
+    assert override.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value, f"retention.ms source {override.source}"
+    assert not override.is_default
+
+    # Inherits the broker's static setting (log.segment.bytes) when not overridden.
+    seg = entries["segment.bytes"]
+    assert seg.value == "1048576", f"segment.bytes = {seg.value!r}, broker has log.segment.bytes=1048576"
+    assert seg.source == ConfigSource.STATIC_BROKER_CONFIG.value, f"segment.bytes source {seg.source}"
+
+    assert entries["cleanup.policy"].value == "delete"
+    assert entries["cleanup.policy"].source == ConfigSource.DEFAULT_CONFIG.value
+
+
+def test_create_partitions(broker):
+    topic = "grow-topic"
+    create_topic(broker, topic, PARTITIONS)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 1})
+    dr = DeliveryLog(lambda m: m.key())
+    for i in range(10):
+        produce_one(producer, topic=topic, key=b"old-%d" % i, value=b"x", partition=0, on_delivery=dr)
+    flush_all(producer)
+
+    admin = admin_client(broker)
+    fut = admin.create_partitions([NewPartitions(topic, 6)], request_timeout=15, operation_timeout=15)
+    fut[topic].result(timeout=20)
+    wait_for_topic(admin, topic, 6)
+
+    # librdkafka refreshes metadata on its own schedule; give it a fresh client.
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 1})
+    for p in (4, 5):
+        for i in range(3):
+            produce_one(producer, topic=topic, key=b"new-%d-%d" % (p, i), value=b"y", partition=p, on_delivery=dr)
+    flush_all(producer)
+    assert not dr.failed, dr.failed
+    assert [dr.ok[b"new-5-%d" % i] for i in range(3)] == [(5, 0), (5, 1), (5, 2)]
+
+    recs = consume_all(broker, topic, range(6))
+    assert [r.key for r in recs[0]] == [b"old-%d" % i for i in range(10)]
+    for p in (4, 5):
+        assert [(r.offset, r.key) for r in recs[p]] == [(i, b"new-%d-%d" % (p, i)) for i in range(3)]
+    for p in (1, 2, 3):
+        assert recs[p] == []
+
+    # Shrinking is not allowed.
+    fut = admin.create_partitions([NewPartitions(topic, 3)], request_timeout=15)
+    with pytest.raises(Exception) as exc:
+        fut[topic].result(timeout=20)
+    err = exc.value.args[0] if exc.value.args else None
+    assert isinstance(err, KafkaError) and err.code() == KafkaError.INVALID_PARTITIONS, \
+        f"shrinking partitions: expected INVALID_PARTITIONS, got {exc.value!r}"
+
+
+def test_delete_topic_and_recreate(broker):
+    topic = "doomed-topic"
+    create_topic(broker, topic, PARTITIONS)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 1})
+    for i in range(100):
+        produce_one(producer, topic=topic, key=b"%d" % i, value=b"before-delete", partition=i % PARTITIONS)
+    flush_all(producer)
+    producer = None
+    assert watermarks(broker, topic, 0) == (0, 25)
+
+    admin = admin_client(broker)
+    admin.delete_topics([topic], request_timeout=15, operation_timeout=15)[topic].result(timeout=20)
+
+    wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 15,
+               f"{topic} to disappear from metadata")
+    wait_until(lambda: not any(broker.partition_dir(topic, p).exists() for p in range(PARTITIONS)), 30,
+               f"partition directories of {topic} to be removed from {broker.data_dir}")
+
+    create_topic(broker, topic, PARTITIONS)
+    for p in range(PARTITIONS):
+        assert watermarks(broker, topic, p) == (0, 0), f"recreated {topic}[{p}] is not empty"
+    assert consume_all(broker, topic, range(PARTITIONS)) == {p: [] for p in range(PARTITIONS)}
+
+
+def test_auto_create_topic_on_produce(broker):
+    topic = "auto-created-topic"
+    admin = admin_client(broker)
+    assert topic not in admin.list_topics(timeout=10).topics
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5,
+                         "message.timeout.ms": 30000})
+    dr = DeliveryLog(lambda m: m.key())
+    for i in range(200):
+        produce_one(producer, topic=topic, key=b"auto-%d" % i, value=b"val-%d" % i, on_delivery=dr)
+    flush_all(producer)
+    assert not dr.failed, f"deliveries failed: {list(dr.failed.items())[:3]}"
+    assert len(dr.ok) == 200
+
+    md = admin.list_topics(timeout=10)
+    assert topic in md.topics, "producing to an unknown topic did not create it"
+    assert len(md.topics[topic].partitions) == 4, "auto-created topic should get num.partitions=4"
+
+    recs = consume_all(broker, topic, range(4))
+    seen = {}
+    for p, rs in recs.items():
+        assert [r.offset for r in rs] == list(range(len(rs)))
+        for r in rs:
+            seen[r.key] = r.value
+            assert dr.ok[r.key] == (p, r.offset)
+    assert seen == {b"auto-%d" % i: b"val-%d" % i for i in range(200)}
