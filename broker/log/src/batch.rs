@@ -339,37 +339,11 @@ impl Iterator for BatchIter<'_> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use bytes::BytesMut;
-    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
-
-    pub fn record(i: i64, ts: i64) -> Record {
-        Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i,
-            // the encoder starts a new batch whenever offset - sequence changes
-            sequence: i as i32 - 1,
-            timestamp: ts,
-            key: Some(format!("k{i}").into_bytes().into()),
-            value: Some(format!("value-{i}").into_bytes().into()),
-            headers: Default::default(),
-        }
-    }
+    use kafka_protocol::records::Compression;
 
     /// Encodes `n` records into one batch (producer-style: base offset 0).
     pub fn batch(n: i64, ts0: i64, compression: Compression) -> Vec<u8> {
-        let recs: Vec<Record> = (0..n).map(|i| record(i, ts0 + i)).collect();
-        let mut buf = BytesMut::new();
-        let opts = RecordEncodeOptions { version: 2, compression };
-        if let Err(e) = RecordBatchEncoder::encode(&mut buf, &recs, &opts) {
-            panic!("encode: {e}");
-        }
-        buf.to_vec()
+        crate::testing::batch(n, ts0, 0, compression, None).to_vec()
     }
 
     #[test]

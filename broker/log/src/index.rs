@@ -118,6 +118,23 @@ fn sanity_check<E: Entry>(bytes: &[u8], n: usize, max_position: Option<u64>) -> 
     Ok(())
 }
 
+/// Lookups shared by both index kinds.
+pub trait IndexView<E: Entry> {
+    fn bytes(&self) -> &[u8];
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Largest entry whose key is <= `key`.
+    fn lookup(&self, key: i64) -> Option<E> {
+        floor(self.bytes(), self.len(), key)
+    }
+    fn last(&self) -> Option<E> {
+        let n = self.len();
+        (n > 0).then(|| entry_at(self.bytes(), n - 1))
+    }
+}
+
 /// A sealed, read-only index.
 pub struct IndexReader<E: Entry> {
     map: MmapFile,
@@ -142,20 +159,26 @@ impl<E: Entry> IndexReader<E> {
             .map_err(|reason| LogError::Corrupt { path: path.into(), reason })?;
         Ok(Self { map, entries, path: path.into(), _e: PhantomData })
     }
-    pub fn lookup(&self, key: i64) -> Option<E> {
-        floor(self.map.bytes(), self.entries, key)
-    }
-    pub fn last(&self) -> Option<E> {
-        (self.entries > 0).then(|| entry_at(self.map.bytes(), self.entries - 1))
-    }
-    pub fn len(&self) -> usize {
-        self.entries
-    }
-    pub fn is_empty(&self) -> bool {
-        self.entries == 0
-    }
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+impl<E: Entry> IndexView<E> for IndexReader<E> {
+    fn bytes(&self) -> &[u8] {
+        self.map.bytes()
+    }
+    fn len(&self) -> usize {
+        self.entries
+    }
+}
+
+impl<E: Entry> IndexView<E> for IndexWriter<E> {
+    fn bytes(&self) -> &[u8] {
+        self.map.bytes()
+    }
+    fn len(&self) -> usize {
+        self.entries
     }
 }
 
@@ -202,19 +225,6 @@ impl<E: Entry> IndexWriter<E> {
         e.write(&mut self.map.bytes_mut()[at..at + E::SIZE]);
         self.entries += 1;
         true
-    }
-
-    pub fn lookup(&self, key: i64) -> Option<E> {
-        floor(self.map.bytes(), self.entries, key)
-    }
-    pub fn last(&self) -> Option<E> {
-        (self.entries > 0).then(|| entry_at(self.map.bytes(), self.entries - 1))
-    }
-    pub fn len(&self) -> usize {
-        self.entries
-    }
-    pub fn is_empty(&self) -> bool {
-        self.entries == 0
     }
 
     /// Drops entries at or after `key` (used when the log is truncated).

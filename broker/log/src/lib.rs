@@ -20,6 +20,8 @@ mod mmap;
 pub mod producer_state;
 pub mod recompress;
 pub mod segment;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
 
 pub use config::{LogConfig, TargetCompression};
 pub use error::{BatchError, LogError};

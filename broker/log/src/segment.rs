@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::batch::{BatchHeader, BatchIter, HEADER_LEN, Stop};
 use crate::error::{LogError, Result};
-use crate::index::{IndexReader, IndexWriter, OffsetEntry, TimeEntry};
+use crate::index::{IndexReader, IndexView, IndexWriter, OffsetEntry, TimeEntry};
 
 /// Chunk size for sequential scans during recovery.
 const SCAN_CHUNK: usize = 1 << 20;
@@ -55,23 +55,16 @@ impl SegmentCore {
     /// Position of the first batch whose last offset is >= `offset`, scanning forward from
     /// `start` (an index hint). `None` if no such batch is in the segment.
     pub fn find_batch(&self, offset: i64, start: u64) -> Result<Option<(u64, BatchHeader)>> {
-        let mut pos = start;
-        while pos + HEADER_LEN as u64 <= self.size {
-            let hdr = read_at(&self.file, &self.log_path, pos, HEADER_LEN)?;
-            let h = BatchHeader::parse(&hdr).ok_or_else(|| self.corrupt(pos, "short header"))?;
-            if h.total_size() < HEADER_LEN {
-                return Err(self.corrupt(pos, "bad batch length"));
-            }
-            if h.last_offset() >= offset {
-                return Ok(Some((pos, h)));
-            }
-            pos += h.total_size() as u64;
-        }
-        Ok(None)
+        self.scan_headers(start, |h| h.last_offset() >= offset)
     }
 
     /// The first batch whose max timestamp is >= `ts`, scanning forward from `start`.
     pub fn find_batch_by_time(&self, ts: i64, start: u64) -> Result<Option<(u64, BatchHeader)>> {
+        self.scan_headers(start, |h| h.max_timestamp >= ts)
+    }
+
+    /// Reads batch headers from `start` until `stop` accepts one.
+    fn scan_headers(&self, start: u64, stop: impl Fn(&BatchHeader) -> bool) -> Result<Option<(u64, BatchHeader)>> {
         let mut pos = start;
         while pos + HEADER_LEN as u64 <= self.size {
             let hdr = read_at(&self.file, &self.log_path, pos, HEADER_LEN)?;
@@ -79,7 +72,7 @@ impl SegmentCore {
             if h.total_size() < HEADER_LEN {
                 return Err(self.corrupt(pos, "bad batch length"));
             }
-            if h.max_timestamp >= ts {
+            if stop(&h) {
                 return Ok(Some((pos, h)));
             }
             pos += h.total_size() as u64;
@@ -200,19 +193,13 @@ pub struct SegmentSettings {
 impl ActiveSegment {
     /// Creates a new, empty segment at `base_offset` (replacing any files of that name).
     pub fn create(dir: &Path, base_offset: i64, s: SegmentSettings, now_ms: i64) -> Result<Self> {
-        let log_path = dir.join(file_name(base_offset, "log"));
-        let file = open_log_file(&log_path)?;
-        file.set_len(0).map_err(LogError::io(&log_path))?;
-        let core = SegmentCore {
-            base_offset,
-            next_offset: base_offset,
-            size: 0,
-            max_timestamp: -1,
-            max_timestamp_batch: base_offset,
-            file: Arc::new(file),
-            log_path,
-            dir: dir.into(),
-        };
+        let (core, _) = Self::new_core(dir, base_offset)?;
+        core.file.set_len(0).map_err(LogError::io(&core.log_path))?;
+        Self::with_fresh_indexes(core, s, now_ms)
+    }
+
+    /// A segment around `core` with new, empty indexes.
+    fn with_fresh_indexes(core: SegmentCore, s: SegmentSettings, now_ms: i64) -> Result<Self> {
         let offset_index = IndexWriter::create(&core.index_path(), s.max_index_bytes)?;
         let time_index = IndexWriter::create(&core.time_index_path(), s.max_index_bytes)?;
         Ok(Self {
@@ -311,16 +298,7 @@ impl ActiveSegment {
 
     fn recover(dir: &Path, base_offset: i64, s: SegmentSettings, now_ms: i64) -> Result<(Self, Option<String>)> {
         let (core, file_len) = Self::new_core(dir, base_offset)?;
-        let offset_index = IndexWriter::create(&core.index_path(), s.max_index_bytes)?;
-        let time_index = IndexWriter::create(&core.time_index_path(), s.max_index_bytes)?;
-        let mut seg = Self {
-            core,
-            offset_index,
-            time_index,
-            bytes_since_index: 0,
-            index_interval: s.index_interval_bytes,
-            created_ms: now_ms,
-        };
+        let mut seg = Self::with_fresh_indexes(core, s, now_ms)?;
         let mut batches = Vec::new();
         let r = scan_log(&seg.core.file, &seg.core.log_path, 0, base_offset, |pos, h| batches.push((pos, *h)))?;
         for (pos, h) in &batches {

@@ -4,37 +4,14 @@
 
 use std::path::Path;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use oxbow_log::batch::validate_produce;
 use oxbow_log::{Log, LogConfig, OpenOptions, ReadStart};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
 fn batch(n: i64, ts0: i64, payload: usize) -> Vec<u8> {
-    let recs: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i,
-            sequence: i as i32 - 1,
-            timestamp: ts0 + i,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(vec![b'v'; payload])),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &recs, &RecordEncodeOptions { version: 2, compression: Compression::None })
-        .expect("encode");
-    buf.to_vec()
+    oxbow_log::testing::batch(n, ts0, payload, Compression::None, None).to_vec()
 }
 
 fn open(dir: &Path, config: LogConfig, clean: bool, recovery_point: i64) -> Log {

@@ -131,14 +131,21 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
     resp
 }
 
-fn not_a_topic(resource_type: i8) -> Option<ApiError> {
+/// The topic an Alter*Configs resource names; brokers and other resource types are refused.
+fn alter_target(
+    b: &crate::broker::Broker,
+    resource_type: i8,
+    name: &str,
+) -> Result<std::sync::Arc<crate::broker::Topic>, ApiError> {
     match resource_type {
-        TOPIC => None,
-        BROKER => Some(ApiError::new(
+        TOPIC => b.topic(name).ok_or_else(|| {
+            ApiError::new(ResponseError::UnknownTopicOrPartition, format!("topic {name} does not exist"))
+        }),
+        BROKER => Err(ApiError::new(
             ResponseError::InvalidRequest,
             "dynamic broker configs are not supported; set them in server.properties",
         )),
-        other => Some(ApiError::new(ResponseError::InvalidRequest, format!("resource type {other} is not supported"))),
+        other => Err(ApiError::new(ResponseError::InvalidRequest, format!("resource type {other} is not supported"))),
     }
 }
 
@@ -151,16 +158,8 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterConfigsRequest) -> AlterConfigsRespo
         out.resource_type = r.resource_type;
         out.resource_name = r.resource_name.clone();
         let result = (|| -> Result<(), ApiError> {
-            if let Some(e) = not_a_topic(r.resource_type) {
-                return Err(e);
-            }
             let name = r.resource_name.as_str();
-            if b.topic(name).is_none() {
-                return Err(ApiError::new(
-                    ResponseError::UnknownTopicOrPartition,
-                    format!("topic {name} does not exist"),
-                ));
-            }
+            alter_target(b, r.resource_type, name)?;
             let mut configs = BTreeMap::new();
             for c in &r.configs {
                 let Some(v) = &c.value else { continue };
@@ -194,16 +193,8 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
         out.resource_type = r.resource_type;
         out.resource_name = r.resource_name.clone();
         let result = (|| -> Result<(), ApiError> {
-            if let Some(e) = not_a_topic(r.resource_type) {
-                return Err(e);
-            }
             let name = r.resource_name.as_str();
-            let Some(topic) = b.topic(name) else {
-                return Err(ApiError::new(
-                    ResponseError::UnknownTopicOrPartition,
-                    format!("topic {name} does not exist"),
-                ));
-            };
+            let topic = alter_target(b, r.resource_type, name)?;
             let mut configs = topic.meta.configs.clone();
             for c in &r.configs {
                 let key = c.name.to_string();

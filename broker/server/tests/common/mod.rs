@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use kafka_protocol::records::Compression;
 use oxbow_server::{BrokerConfig, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -127,38 +127,7 @@ impl Client {
     }
 }
 
-pub fn record(i: i64, ts: i64) -> Record {
-    Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset: i,
-        sequence: i as i32 - 1,
-        timestamp: ts,
-        key: Some(Bytes::from(format!("key-{i}"))),
-        value: Some(Bytes::from(format!("value-{i}"))),
-        headers: Default::default(),
-    }
-}
-
 /// One producer batch of `n` records; `producer` = (id, epoch, base sequence).
 pub fn batch(n: i64, ts0: i64, compression: Compression, producer: Option<(i64, i16, i32)>) -> Bytes {
-    let recs: Vec<Record> = (0..n)
-        .map(|i| {
-            let mut r = record(i, ts0 + i);
-            if let Some((id, epoch, seq)) = producer {
-                r.producer_id = id;
-                r.producer_epoch = epoch;
-                r.sequence = seq + i as i32;
-            }
-            r
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &recs, &RecordEncodeOptions { version: 2, compression }).expect("encode");
-    buf.freeze()
+    oxbow_log::testing::batch(n, ts0, 0, compression, producer)
 }

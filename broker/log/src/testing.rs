@@ -1,0 +1,46 @@
+//! Record batches for tests (feature `test-util`): producer-style batches built with the
+//! kafka-protocol encoder, as clients build them.
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+
+/// Record `i` of a batch: key `key-i`, value of `payload` bytes, timestamp `ts`.
+pub fn record(i: i64, ts: i64, payload: usize) -> Record {
+    let value = if payload == 0 { Bytes::from(format!("value-{i}")) } else { Bytes::from(vec![b'v'; payload]) };
+    Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: i,
+        // The encoder starts a new batch whenever offset - sequence changes.
+        sequence: i as i32 - 1,
+        timestamp: ts,
+        key: Some(Bytes::from(format!("key-{i}"))),
+        value: Some(value),
+        headers: Default::default(),
+    }
+}
+
+/// One batch of `n` records with timestamps `ts0..ts0+n`; `producer` = (id, epoch, base sequence).
+pub fn batch(n: i64, ts0: i64, payload: usize, compression: Compression, producer: Option<(i64, i16, i32)>) -> Bytes {
+    let recs: Vec<Record> = (0..n)
+        .map(|i| {
+            let mut r = record(i, ts0 + i, payload);
+            if let Some((id, epoch, seq)) = producer {
+                r.producer_id = id;
+                r.producer_epoch = epoch;
+                r.sequence = seq + i as i32;
+            }
+            r
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    if let Err(e) = RecordBatchEncoder::encode(&mut buf, &recs, &RecordEncodeOptions { version: 2, compression }) {
+        unreachable!("encoding test records cannot fail: {e}");
+    }
+    buf.freeze()
+}
