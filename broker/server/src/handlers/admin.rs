@@ -197,6 +197,8 @@ pub async fn delete_records(ctx: &Ctx<'_>, req: DeleteRecordsRequest) -> DeleteR
         }
         resp.topics.push(tr);
     }
+    // A new log start offset is checkpointed at once, so it survives a crash too.
+    b.write_checkpoints();
     resp
 }
 

@@ -1,0 +1,181 @@
+//! Topic-level behaviour through the wire protocol: recompression, LogAppendTime, timestamp
+//! bounds, long-poll fetches, DeleteRecords surviving a restart.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{Client, TestBroker, batch};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
+use oxbow_log::batch::{BatchHeader, Codec};
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.into()))
+}
+
+async fn create(c: &mut Client, topic: &str, configs: &[(&str, &str)]) -> anyhow::Result<()> {
+    let mut t = create_topics_request::CreatableTopic::default();
+    t.name = name(topic);
+    t.num_partitions = 1;
+    t.replication_factor = 1;
+    t.configs = configs
+        .iter()
+        .map(|(k, v)| {
+            let mut c = create_topics_request::CreatableTopicConfig::default();
+            c.name = StrBytes::from_string(k.to_string());
+            c.value = Some(StrBytes::from_string(v.to_string()));
+            c
+        })
+        .collect();
+    let mut req = CreateTopicsRequest::default();
+    req.topics = vec![t];
+    let resp = c.send(7, &req).await?;
+    anyhow::ensure!(resp.topics[0].error_code == 0, "create {topic}: {:?}", resp.topics[0].error_message);
+    Ok(())
+}
+
+async fn produce(
+    c: &mut Client,
+    topic: &str,
+    records: Bytes,
+) -> anyhow::Result<produce_response::PartitionProduceResponse> {
+    let mut pd = produce_request::PartitionProduceData::default();
+    pd.records = Some(records);
+    let mut td = produce_request::TopicProduceData::default();
+    td.name = name(topic);
+    td.partition_data = vec![pd];
+    let mut req = ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = 5000;
+    req.topic_data = vec![td];
+    let mut resp = c.send(9, &req).await?;
+    Ok(resp.responses.remove(0).partition_responses.remove(0))
+}
+
+fn fetch_req(topic: &str, offset: i64, max_wait_ms: i32) -> FetchRequest {
+    let mut p = fetch_request::FetchPartition::default();
+    p.fetch_offset = offset;
+    p.partition_max_bytes = 1 << 20;
+    let mut t = fetch_request::FetchTopic::default();
+    t.topic = name(topic);
+    t.partitions = vec![p];
+    let mut req = FetchRequest::default();
+    req.replica_id = BrokerId(-1);
+    req.max_wait_ms = max_wait_ms;
+    req.min_bytes = 1;
+    req.max_bytes = 1 << 20;
+    req.topics = vec![t];
+    req
+}
+
+async fn fetch(c: &mut Client, topic: &str, offset: i64) -> anyhow::Result<Bytes> {
+    let resp = c.send(11, &fetch_req(topic, offset, 0)).await?;
+    let p = &resp.responses[0].partitions[0];
+    anyhow::ensure!(p.error_code == 0, "fetch error {}", p.error_code);
+    Ok(p.records.clone().unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compression_type_recompresses_and_keeps_records() -> anyhow::Result<()> {
+    let b = TestBroker::start(&[]).await?;
+    let mut c = b.client().await?;
+    create(&mut c, "z", &[("compression.type", "zstd")]).await?;
+    create(&mut c, "p", &[]).await?;
+    for topic in ["z", "p"] {
+        let r = produce(&mut c, topic, batch(50, 1_000, Compression::Gzip, None)).await?;
+        assert_eq!((r.error_code, r.base_offset), (0, 0));
+    }
+    let stored = fetch(&mut c, "z", 0).await?;
+    assert_eq!(BatchHeader::parse(&stored).and_then(|h| h.codec()), Some(Codec::Zstd));
+    let kept = fetch(&mut c, "p", 0).await?;
+    assert_eq!(BatchHeader::parse(&kept).and_then(|h| h.codec()), Some(Codec::Gzip));
+    let recs = RecordBatchDecoder::decode(&mut stored.clone())?.records;
+    assert_eq!(recs.len(), 50);
+    for (i, r) in recs.iter().enumerate() {
+        assert_eq!(r.offset, i as i64);
+        assert_eq!(r.timestamp, 1_000 + i as i64);
+        assert_eq!(r.key.as_deref(), Some(format!("key-{i}").as_bytes()));
+        assert_eq!(r.value.as_deref(), Some(format!("value-{i}").as_bytes()));
+    }
+    b.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_append_time_and_timestamp_bounds() -> anyhow::Result<()> {
+    let b = TestBroker::start(&[]).await?;
+    let mut c = b.client().await?;
+    create(&mut c, "lat", &[("message.timestamp.type", "LogAppendTime")]).await?;
+    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64;
+    let r = produce(&mut c, "lat", batch(3, 5, Compression::Lz4, None)).await?;
+    assert_eq!(r.error_code, 0);
+    assert!(r.log_append_time_ms >= before, "log append time {} < {before}", r.log_append_time_ms);
+    let stored = fetch(&mut c, "lat", 0).await?;
+    let h = BatchHeader::parse(&stored).expect("header");
+    assert!(h.is_log_append_time());
+    assert_eq!(h.max_timestamp, r.log_append_time_ms);
+    // CreateTime topics refuse batches more than message.timestamp.after.max.ms ahead.
+    create(&mut c, "ct", &[("message.timestamp.after.max.ms", "60000")]).await?;
+    let r = produce(&mut c, "ct", batch(1, before + 3_600_000, Compression::None, None)).await?;
+    assert_eq!(r.error_code, 32, "INVALID_TIMESTAMP");
+    let r = produce(&mut c, "ct", batch(1, before, Compression::None, None)).await?;
+    assert_eq!((r.error_code, r.base_offset), (0, 0));
+    b.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_poll_fetch_returns_data_that_arrives_while_waiting() -> anyhow::Result<()> {
+    let b = TestBroker::start(&[]).await?;
+    let mut c = b.client().await?;
+    create(&mut c, "lp", &[]).await?;
+    let mut waiter = b.client().await?;
+    let poll = tokio::spawn(async move {
+        let resp = waiter.send(11, &fetch_req("lp", 0, 30_000)).await?;
+        anyhow::Ok(resp.responses[0].partitions[0].records.clone().unwrap_or_default())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(produce(&mut c, "lp", batch(4, 0, Compression::None, None)).await?.error_code, 0);
+    let bytes = poll.await??;
+    let recs = RecordBatchDecoder::decode(&mut bytes.clone())?.records;
+    assert_eq!(recs.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    // An empty partition answers with empty bytes (never null) once max_wait_ms passes.
+    let resp = c.send(11, &fetch_req("lp", 4, 50)).await?;
+    assert_eq!(resp.responses[0].partitions[0].records.as_ref().map(|r| r.len()), Some(0));
+    assert_eq!(resp.responses[0].partitions[0].high_watermark, 4);
+    b.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_records_survives_restart() -> anyhow::Result<()> {
+    let b = TestBroker::start(&[]).await?;
+    let mut c = b.client().await?;
+    create(&mut c, "dr", &[]).await?;
+    for _ in 0..5 {
+        produce(&mut c, "dr", batch(10, 0, Compression::None, None)).await?;
+    }
+    let mut p = delete_records_request::DeleteRecordsPartition::default();
+    p.offset = 25;
+    let mut t = delete_records_request::DeleteRecordsTopic::default();
+    t.name = name("dr");
+    t.partitions = vec![p];
+    let mut req = DeleteRecordsRequest::default();
+    req.topics = vec![t];
+    let resp = c.send(2, &req).await?;
+    assert_eq!(resp.topics[0].partitions[0].low_watermark, 25);
+    let dir = b.stop().await?;
+    let b = TestBroker::start_in(dir, &[]).await?;
+    let mut c = b.client().await?;
+    let resp = c.send(11, &fetch_req("dr", 0, 0)).await?;
+    assert_eq!(resp.responses[0].partitions[0].error_code, 1, "OFFSET_OUT_OF_RANGE below the log start");
+    assert_eq!(resp.responses[0].partitions[0].log_start_offset, 25);
+    let recs = RecordBatchDecoder::decode(&mut fetch(&mut c, "dr", 25).await?)?.records;
+    assert_eq!(recs.first().map(|r| r.offset), Some(20), "the batch containing offset 25 is returned whole");
+    b.stop().await?;
+    Ok(())
+}
