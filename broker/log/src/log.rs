@@ -693,10 +693,13 @@ impl Log {
             seg.delete();
             deleted += 1;
         }
-        if deleted > 0 {
-            self.producers.expire(now_ms, self.config.producer_id_expiration_ms);
-        }
         Ok(deleted)
+    }
+
+    /// Forgets producers idle for longer than `producer.id.expiration.ms` (Kafka's rule: their
+    /// retries can no longer be recognised after that).
+    pub fn expire_producers(&mut self, now_ms: i64) {
+        self.producers.expire(now_ms, self.config.producer_id_expiration_ms);
     }
 
     /// Rolls the active segment if `segment.ms` has passed (checked periodically so that idle

@@ -327,9 +327,9 @@ pub const KEYS: &[KeyDef] = &[
     },
     KeyDef {
         name: "queued.max.request.bytes",
-        default: Some("-1"),
+        default: Some("536870912"),
         kind: Kind::Int { min: -1, max: LONG },
-        doc: "Bytes of requests being processed across all connections; -1: no limit beyond `socket.request.max.bytes` times `queued.max.requests`.",
+        doc: "Bytes of requests being processed across all connections; readers wait beyond this; -1: no limit. Oxbow's default (512 MiB) bounds memory where Kafka's (-1) does not.",
     },
     KeyDef {
         name: "max.connections",
@@ -496,6 +496,12 @@ impl BrokerConfig {
             None => listeners.clone(),
         };
         for a in &advertised_listeners {
+            if a.host.is_empty() || a.host == "0.0.0.0" || a.host == "::" {
+                return Err(ConfigError::Inconsistent {
+                    key: "advertised.listeners".into(),
+                    reason: format!("{}://{}:{} is not an address clients can connect to; set advertised.listeners when listeners binds all interfaces", a.name, a.host, a.port),
+                });
+            }
             if !listeners.iter().any(|l| l.name == a.name) {
                 return Err(ConfigError::Inconsistent {
                     key: "advertised.listeners".into(),

@@ -33,6 +33,7 @@ pub fn retention_pass(broker: &Broker) {
     for p in broker.all_partitions() {
         let r = p.with_log(|l| -> Result<usize, oxbow_log::LogError> {
             l.roll_if_expired(now)?;
+            l.expire_producers(now);
             l.apply_retention(now)
         });
         match r {
