@@ -1,0 +1,461 @@
+#!/usr/bin/env python3
+"""Oxbow and Apache Kafka side by side on this machine, in one run, with the same load generators.
+
+    tests/bench/run --out docs/benchmarks.md            # the full benchmark (tens of minutes)
+    tests/bench/run --smoke --out /tmp/bench-smoke.md   # the smoke run in tests/run-all
+
+Each round starts one broker with a fresh data dir, runs every workload on it, measures peak RSS,
+then SIGKILLs it and times the restart (recovery); rounds alternate Oxbow, Kafka, Oxbow, ... and
+each figure is the median over rounds. Writes a Markdown report to --out and the same figures as
+JSON beside it: rows of {workload, metric, unit, oxbow, kafka, ratio}, ratio > 1 = Oxbow better.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+JAVA_DIR = ROOT / "tests" / "bench" / "java"
+KAFKA_VERSION = "4.1.1"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# Kafka's own start script defaults, with the 2 GB heap the issue asks for.
+KAFKA_JVM = ["-Xms2g", "-Xmx2g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+             "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+             "-XX:MaxInlineLevel=15", "-Djava.awt.headless=true"]
+# Settings both brokers get, so the comparison is fair (these are also both brokers' defaults).
+COMMON = {
+    "log.segment.bytes": "1073741824",
+    "num.partitions": "1",
+    "auto.create.topics.enable": "true",
+    # flush policy: none (page cache, fsync in the background), Kafka's default and ours
+}
+PRODUCER = {"linger.ms": "5", "batch.size": "65536"}
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def java_classpath() -> str:
+    jar = JAVA_DIR / "target" / "oxbow-bench-0.1.0-SNAPSHOT.jar"
+    sources = list((JAVA_DIR / "src").rglob("*.java")) + [JAVA_DIR / "pom.xml"]
+    if not jar.exists() or any(s.stat().st_mtime > jar.stat().st_mtime for s in sources):
+        log("building the Java load generators (mvn package)")
+        subprocess.run(["mvn", "-B", "-q", "-f", str(JAVA_DIR / "pom.xml"), "package", "-DskipTests"], check=True)
+    return f"{jar}:{JAVA_DIR / 'target' / 'lib'}/*"
+
+
+def oxbow_binary(build: bool) -> Path:
+    env = os.environ.get("OXBOW_BROKER_BIN")
+    if env:
+        return Path(env)
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    if build:
+        subprocess.run(["cargo", "build", "--release", "-p", "oxbow-server"], cwd=ROOT, check=True)
+    return target / "release" / "oxbow-broker"
+
+
+def read_stat(pid: int) -> tuple[float, int]:
+    """(CPU seconds, peak RSS in KiB) of a live process."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    hwm = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                hwm = int(line.split()[1])
+    return cpu, hwm
+
+
+def serving(port: int) -> bool:
+    """True once the broker answers Metadata with itself in the broker list."""
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        conf = {"bootstrap.servers": f"127.0.0.1:{port}", "socket.timeout.ms": 1000, "log_level": 0}
+        md = AdminClient(conf).list_topics(timeout=1)
+        return len(md.brokers) > 0
+    except Exception:
+        return False
+
+
+class Broker:
+    name = "?"
+
+    def __init__(self, workdir: Path, classpath: str):
+        self.workdir = workdir
+        self.classpath = classpath
+        self.port = free_port()
+        self.data = workdir / f"{self.name}-data"
+        self.proc: subprocess.Popen | None = None
+        self.logfile = workdir / f"{self.name}.log"
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self) -> float:
+        """Starts the broker; returns seconds from spawn to serving."""
+        out = open(self.logfile, "ab")
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"})
+        deadline = t0 + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.logfile}")
+            if serving(self.port):
+                return time.monotonic() - t0
+            time.sleep(0.02)
+        raise RuntimeError(f"{self.name} did not serve within 300 s; see {self.logfile}")
+
+    def stats(self) -> tuple[float, int]:
+        assert self.proc is not None
+        return read_stat(self.proc.pid)
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+class Oxbow(Broker):
+    name = "oxbow"
+    binary: Path = Path()
+
+    def command(self) -> list[str]:
+        o = {**COMMON, "listeners": f"PLAINTEXT://127.0.0.1:{self.port}", "log.dirs": str(self.data)}
+        args = [str(self.binary)]
+        for k, v in o.items():
+            args += ["--override", f"{k}={v}"]
+        return args
+
+
+class Kafka(Broker):
+    name = "kafka"
+
+    def __init__(self, workdir: Path, classpath: str):
+        super().__init__(workdir, classpath)
+        self.cport = free_port()
+        self.props = workdir / "kafka-server.properties"
+        self.log4j = workdir / "kafka-log4j.properties"
+        conf = {
+            **COMMON,
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.cport}",
+            "controller.listener.names": "CONTROLLER",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.cport}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data),
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "default.replication.factor": "1",
+        }
+        self.props.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+        self.log4j.write_text("log4j.rootLogger=WARN, stdout\nlog4j.appender.stdout=org.apache.log4j.ConsoleAppender\n"
+                              "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
+                              "log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n\n")
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        subprocess.run(self.jvm(["-Xmx512m"]) + ["kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(self.props)],
+                       check=True, stdout=subprocess.DEVNULL)
+
+    def jvm(self, opts: list[str]) -> list[str]:
+        return ["java", *opts, f"-Dlog4j.configuration=file:{self.log4j}", "-cp", self.classpath]
+
+    def command(self) -> list[str]:
+        return self.jvm(KAFKA_JVM) + ["kafka.Kafka", str(self.props)]
+
+
+def java_tool(classpath: str, main: str, args: list[str], timeout: int = 1800) -> str:
+    cmd = ["java", "-Xmx1g", "-Dlog4j.configuration=file:/dev/null", "-cp", classpath, main, *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"{main} failed ({r.returncode}): {r.stderr[-2000:]}{r.stdout[-2000:]}")
+    return r.stdout
+
+
+def create_topic(broker: Broker, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap(), "log_level": 0})
+    fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic]
+    fut.result(60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
+        if md and md.error is None and len(md.partitions) == partitions and all(p.leader >= 0 for p in md.partitions.values()):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"topic {topic} not ready on {broker.name}")
+
+
+@dataclass(frozen=True)
+class Produce:
+    size: int
+    acks: str
+    partitions: int
+    compression: str
+    records: int
+
+    @property
+    def name(self) -> str:
+        return f"produce {self.size}B acks={self.acks} p={self.partitions} {self.compression}"
+
+
+@dataclass
+class Results:
+    # (workload, metric, unit, better) -> broker -> [values]
+    values: dict = field(default_factory=dict)
+
+    def add(self, workload: str, metric: str, unit: str, better: str, broker: str, value: float) -> None:
+        self.values.setdefault((workload, metric, unit, better), {}).setdefault(broker, []).append(value)
+
+
+def run_produce(b: Broker, cp: str, w: Produce, topic: str, res: Results) -> None:
+    create_topic(b, topic, w.partitions)
+    cpu0, _ = b.stats()
+    props = {"bootstrap.servers": b.bootstrap(), "acks": w.acks, "compression.type": w.compression, **PRODUCER}
+    out = java_tool(cp, "org.apache.kafka.tools.ProducerPerformance",
+                    ["--topic", topic, "--num-records", str(w.records), "--record-size", str(w.size), "--throughput", "-1",
+                     "--producer-props", *[f"{k}={v}" for k, v in props.items()]])
+    cpu1, _ = b.stats()
+    last = [l for l in out.splitlines() if "records sent" in l][-1]
+    m = re.search(r"([\d.]+) records/sec \(([\d.]+) MB/sec\)", last)
+    if not m:
+        raise RuntimeError(f"cannot parse ProducerPerformance output: {last}")
+    res.add(w.name, "throughput", "records/s", "higher", b.name, float(m.group(1)))
+    res.add(w.name, "throughput", "MB/s", "higher", b.name, float(m.group(2)))
+    gb = w.records * w.size / 1e9
+    res.add(w.name, "broker CPU per GB written", "CPU s/GB", "lower", b.name, (cpu1 - cpu0) / gb)
+
+
+def run_consume(b: Broker, cp: str, topic: str, records: int, res: Results) -> None:
+    out = java_tool(cp, "io.oxbow.bench.AssignConsumerPerf", [b.bootstrap(), topic, str(records)])
+    m = re.search(r"mb_per_sec=([\d.]+) msg_per_sec=([\d.]+)", out)
+    if not m:
+        raise RuntimeError(f"cannot parse AssignConsumerPerf output: {out}")
+    res.add(f"consume 1024B, {records} records", "fetch.MB.sec", "MB/s", "higher", b.name, float(m.group(1)))
+
+
+def run_latency(b: Broker, cp: str, rate: int, seconds: int, res: Results) -> None:
+    topic = "bench-latency"
+    create_topic(b, topic, 1)
+    out = java_tool(cp, "io.oxbow.bench.FixedRateLatency", [b.bootstrap(), topic, str(rate), str(seconds), "1024", "all"])
+    m = re.search(r"p50_us=(\d+) p99_us=(\d+) p999_us=(\d+)", out)
+    if not m:
+        raise RuntimeError(f"cannot parse FixedRateLatency output: {out}")
+    w = f"end-to-end latency 1024B acks=all at {rate}/s"
+    for pct, v in zip(("p50", "p99", "p99.9"), m.groups()):
+        res.add(w, pct, "µs", "lower", b.name, float(v))
+
+
+def fill_log(b: Broker, cp: str, gigabytes: float) -> None:
+    topic = "bench-recovery"
+    create_topic(b, topic, 1)
+    n = max(1000, int(gigabytes * 1e9 / 1024))
+    java_tool(cp, "org.apache.kafka.tools.ProducerPerformance",
+              ["--topic", topic, "--num-records", str(n), "--record-size", "1024", "--throughput", "-1",
+               "--producer-props", f"bootstrap.servers={b.bootstrap()}", "acks=1", *[f"{k}={v}" for k, v in PRODUCER.items()]])
+
+
+def round_for(cls, binary_cp: str, workdir: Path, args, res: Results, produce: list[Produce]) -> None:
+    b = cls(workdir, binary_cp)
+    try:
+        res.add("startup", "start to serving", "s", "lower", b.name, b.start())
+        for i, w in enumerate(produce):
+            log(f"{b.name}: {w.name} ({w.records} records)")
+            run_produce(b, binary_cp, w, f"bench-p{i}", res)
+        # consume what the first 1 KiB workload wrote
+        first_kb = next(i for i, w in enumerate(produce) if w.size == 1024)
+        log(f"{b.name}: consume")
+        run_consume(b, binary_cp, f"bench-p{first_kb}", produce[first_kb].records, res)
+        log(f"{b.name}: latency at {args.latency_rate}/s for {args.latency_seconds}s")
+        run_latency(b, binary_cp, args.latency_rate, args.latency_seconds, res)
+        _, hwm = b.stats()
+        res.add("whole round", "peak RSS", "MiB", "lower", b.name, hwm / 1024)
+        log(f"{b.name}: filling {args.recovery_gb} GB for the recovery test")
+        fill_log(b, binary_cp, args.recovery_gb)
+        b.kill()
+        log(f"{b.name}: SIGKILLed; restarting")
+        res.add(f"recovery after SIGKILL, {args.recovery_gb} GB log", "restart to serving", "s", "lower", b.name, b.start())
+    finally:
+        b.stop()
+        b.kill()
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem, 1), "kernel": platform.release(), "java": java}
+
+
+def summarize(res: Results) -> list[dict]:
+    rows = []
+    for (workload, metric, unit, better), per in res.values.items():
+        o = statistics.median(per.get("oxbow", [float("nan")]))
+        k = statistics.median(per.get("kafka", [float("nan")]))
+        if better == "higher":
+            ratio = o / k if k else float("nan")
+        else:
+            ratio = k / o if o else float("nan")
+        rows.append({"workload": workload, "metric": metric, "unit": unit, "oxbow": round(o, 3), "kafka": round(k, 3),
+                     "ratio": round(ratio, 3), "runs": {"oxbow": per.get("oxbow", []), "kafka": per.get("kafka", [])}})
+    return rows
+
+
+TARGETS = [
+    # (workload prefix, metric, unit, minimum ratio, description)
+    ("produce 1024B acks=1 ", "throughput", "MB/s", 1.5, "produce 1 KB acks=1 >= 1.5x Kafka"),
+    ("produce 1024B acks=all ", "throughput", "MB/s", 1.5, "produce 1 KB acks=all >= 1.5x Kafka"),
+    ("consume", "fetch.MB.sec", "MB/s", 1.0, "consume >= Kafka"),
+    ("end-to-end", "p99", "µs", 2.0, "p99 end-to-end <= half of Kafka's"),
+    ("whole round", "peak RSS", "MiB", 10.0, "peak RSS <= 1/10 of Kafka's"),
+]
+
+
+def report(rows: list[dict], meta: dict) -> str:
+    out = ["# Oxbow vs Apache Kafka: benchmark report", "",
+           f"Generated by `{meta['command']}` on {meta['date']} in {meta['duration_s']:.0f} s.", "",
+           "## Machine", ""]
+    out += [f"- {k}: {v}" for k, v in meta["machine"].items()]
+    out += ["", "## Settings", ""] + [f"- {s}" for s in meta["settings"]]
+    out += ["", "## Results (medians; ratio > 1 means Oxbow is better)", "",
+            "| workload | metric | unit | Oxbow | Kafka | ratio |", "|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['workload']} | {r['metric']} | {r['unit']} | {r['oxbow']:,} | {r['kafka']:,} | {r['ratio']:.2f} |")
+    out += ["", "## Targets", "", "| target | ratio | met |", "|---|---:|---|"]
+    for prefix, metric, unit, minimum, desc in TARGETS:
+        ratios = [r["ratio"] for r in rows if r["workload"].startswith(prefix) and r["metric"] == metric and r["unit"] == unit]
+        if not ratios:
+            out.append(f"| {desc} | n/a | not measured in this run |")
+            continue
+        worst = min(ratios)
+        out.append(f"| {desc} | {worst:.2f} | {'yes' if worst >= minimum else 'NO'} |")
+    out += ["", "Every run's raw values are in the JSON file beside this report."]
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="Markdown report path; JSON goes beside it (.json)")
+    ap.add_argument("--smoke", action="store_true", help="a short run that exercises every part (about a minute)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per broker (alternating)")
+    ap.add_argument("--records-1k", type=int, default=500_000)
+    ap.add_argument("--records-100b", type=int, default=2_000_000)
+    ap.add_argument("--latency-rate", type=int, default=1000)
+    ap.add_argument("--latency-seconds", type=int, default=30)
+    ap.add_argument("--recovery-gb", type=float, default=5.0)
+    ap.add_argument("--no-build", action="store_true", help="use the existing oxbow-broker binary")
+    args = ap.parse_args()
+    if args.smoke:
+        args.rounds, args.records_1k, args.records_100b = 1, 20_000, 50_000
+        args.latency_rate, args.latency_seconds, args.recovery_gb = 500, 3, 0.02
+
+    t0 = time.monotonic()
+    cp = java_classpath()
+    Oxbow.binary = oxbow_binary(not args.no_build)
+    if not Oxbow.binary.exists():
+        raise SystemExit(f"no oxbow-broker at {Oxbow.binary}")
+    produce = []
+    for size, n in ((1024, args.records_1k), (100, args.records_100b)):
+        for acks in ("1", "all"):
+            for parts in (1, 16):
+                for comp in ("none", "lz4"):
+                    produce.append(Produce(size, acks, parts, comp, n))
+    if args.smoke:
+        produce = [Produce(1024, "1", 1, "none", args.records_1k), Produce(100, "all", 16, "lz4", args.records_100b)]
+
+    res = Results()
+    with tempfile.TemporaryDirectory(prefix="oxbow-bench-") as tmp:
+        for r in range(args.rounds):
+            order = (Oxbow, Kafka) if r % 2 == 0 else (Kafka, Oxbow)
+            for cls in order:
+                d = Path(tmp) / f"round{r}-{cls.name}"
+                d.mkdir()
+                log(f"round {r + 1}/{args.rounds}: {cls.name}")
+                round_for(cls, cp, d, args, res, produce)
+                shutil.rmtree(d, ignore_errors=True)
+
+    rows = summarize(res)
+    meta = {
+        "command": " ".join(["tests/bench/run", *sys.argv[1:]]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "duration_s": time.monotonic() - t0,
+        "machine": machine(),
+        "settings": [
+            f"brokers: Oxbow (release build) and Apache Kafka {KAFKA_VERSION} (KRaft, one combined node, JVM {' '.join(KAFKA_JVM)}), one at a time, on 127.0.0.1",
+            "both: " + ", ".join(f"{k}={v}" for k, v in COMMON.items()) + ", replication factor 1, no fsync policy (page cache; Kafka's default and Oxbow's)",
+            "Kafka only: group.initial.rebalance.delay.ms=0, offsets/transaction topics RF 1",
+            f"producer: Kafka's ProducerPerformance {KAFKA_VERSION}, throughput unlimited, " + ", ".join(f"{k}={v}" for k, v in PRODUCER.items())
+            + "; idempotence: client default (on for acks=all, off when acks=1 is set)",
+            "payload: ProducerPerformance's random uppercase letters A-Z (about 4.7 bits of entropy per byte), no keys",
+            f"records: {args.records_1k} of 1024 B and {args.records_100b} of 100 B per produce run; partitions 1 and 16; compression none and lz4",
+            "consume: io.oxbow.bench.AssignConsumerPerf (assign(), fetch.max.bytes=50 MiB, max.partition.fetch.bytes=1 MiB) over the first 1 KiB topic",
+            f"latency: io.oxbow.bench.FixedRateLatency, 1024 B, acks=all, linger.ms=0, {args.latency_rate} records/s for {args.latency_seconds} s, first 10% discarded",
+            f"recovery: {args.recovery_gb} GB of 1 KiB records in one partition, SIGKILL, time from restart to serving Metadata",
+            f"rounds: {args.rounds} per broker, alternating; figures are medians",
+            "broker CPU: utime+stime of the broker process during each produce run, per GB of record payload",
+        ],
+        "smoke": args.smoke,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report(rows, meta))
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, ensure_ascii=False) + "\n")
+    log(f"wrote {out} and {out.with_suffix('.json')}")
+    broken = [r for r in rows if not (r["oxbow"] > 0 and r["kafka"] > 0)]
+    for r in rows:
+        print(f"  {r['workload']:<45} {r['metric']:<28} {r['unit']:<10} oxbow={r['oxbow']:<12} kafka={r['kafka']:<12} ratio={r['ratio']}")
+    if broken or len(rows) < 8:
+        print(f"benchmark incomplete: {len(rows)} rows, missing or non-positive values in {[(r['workload'], r['metric']) for r in broken]}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
