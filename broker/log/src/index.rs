@@ -1,8 +1,10 @@
 //! Sparse indexes, in Kafka's on-disk layout (big-endian fixed-size entries):
 //! - `.index`: relative offset (u32) -> byte position in the `.log` (u32), one entry every
-//!   `index.interval.bytes`, pointing at the start of a batch whose base offset it records;
-//! - `.timeindex`: max timestamp so far (i64) -> relative base offset (u32) of the batch where
-//!   that timestamp was first reached.
+//!   `index.interval.bytes`: the last offset of a batch and the position where that batch starts;
+//! - `.timeindex`: max timestamp so far (i64) -> relative last offset (u32) of the batch where that
+//!   timestamp was first reached.
+//!
+//! Both are Kafka's semantics too, so Kafka's `DumpLogSegments` verifies them.
 //!
 //! [`IndexWriter`] (active segment: preallocated, memory-mapped, appendable) and
 //! [`IndexReader`] (sealed segment: trimmed, read-only) are different types; only the active

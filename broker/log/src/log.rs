@@ -631,7 +631,7 @@ impl Log {
             });
         let Some(core) = best else { return Ok(None) };
         let mut pos = 0;
-        while let Some((at, h)) = core.find_batch(core.max_timestamp_batch, pos)? {
+        while let Some((at, h)) = core.find_batch(core.offset_of_max_timestamp, pos)? {
             pos = at + h.total_size() as u64;
             if h.max_timestamp == core.max_timestamp {
                 let bytes = core.read_batch(at, &h)?;

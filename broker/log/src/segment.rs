@@ -36,9 +36,10 @@ pub struct SegmentCore {
     pub next_offset: i64,
     /// Bytes of complete batches in the file.
     pub size: u64,
-    /// Largest batch max timestamp, -1 if none, and the base offset of the batch that holds it.
+    /// Largest batch max timestamp, -1 if none, and the last offset of the batch that holds it
+    /// (Kafka's "shallow" offset of the max timestamp).
     pub max_timestamp: i64,
-    pub max_timestamp_batch: i64,
+    pub offset_of_max_timestamp: i64,
     pub file: Arc<File>,
     pub log_path: PathBuf,
     dir: PathBuf,
@@ -245,7 +246,7 @@ impl ActiveSegment {
             next_offset: base_offset,
             size: 0,
             max_timestamp: -1,
-            max_timestamp_batch: base_offset,
+            offset_of_max_timestamp: base_offset,
             file: Arc::new(file),
             log_path,
             dir: dir.into(),
@@ -269,11 +270,11 @@ impl ActiveSegment {
             Ok(i) => i,
             Err(e) => return Ok(Err(e.to_string())),
         };
-        let (start_pos, start_offset) =
-            oi.last().map_or((0, base_offset), |e| (u64::from(e.position), base_offset + i64::from(e.rel_offset)));
+        // The last entry points at a batch start; offsets only need to stay above the segment base.
+        let (start_pos, start_offset) = (oi.last().map_or(0, |e| u64::from(e.position)), base_offset);
         if let Some(t) = ti.last() {
             core.max_timestamp = t.timestamp;
-            core.max_timestamp_batch = base_offset + i64::from(t.rel_offset);
+            core.offset_of_max_timestamp = base_offset + i64::from(t.rel_offset);
         }
         let mut seg = Self {
             core,
@@ -317,10 +318,11 @@ impl ActiveSegment {
     fn track(&mut self, pos: u64, h: &BatchHeader, index: bool) {
         if h.max_timestamp > self.core.max_timestamp {
             self.core.max_timestamp = h.max_timestamp;
-            self.core.max_timestamp_batch = h.base_offset;
+            self.core.offset_of_max_timestamp = h.last_offset();
         }
+        // As Kafka: an entry maps the batch's last offset to the batch's position.
         if index && (self.bytes_since_index >= self.index_interval || self.offset_index.is_empty()) {
-            let rel = (h.base_offset - self.core.base_offset) as u32;
+            let rel = (h.last_offset() - self.core.base_offset) as u32;
             self.offset_index.append(OffsetEntry { rel_offset: rel, position: pos as u32 });
             self.append_time_entry();
             self.bytes_since_index = 0;
@@ -333,7 +335,7 @@ impl ActiveSegment {
             return;
         }
         if self.time_index.last().is_none_or(|t| self.core.max_timestamp > t.timestamp) {
-            let rel = (self.core.max_timestamp_batch - self.core.base_offset) as u32;
+            let rel = (self.core.offset_of_max_timestamp - self.core.base_offset) as u32;
             self.time_index.append(TimeEntry { timestamp: self.core.max_timestamp, rel_offset: rel });
         }
     }
@@ -415,7 +417,7 @@ impl ActiveSegment {
         for (_, h) in &hs {
             if h.max_timestamp > self.core.max_timestamp {
                 self.core.max_timestamp = h.max_timestamp;
-                self.core.max_timestamp_batch = h.base_offset;
+                self.core.offset_of_max_timestamp = h.last_offset();
             }
         }
         self.append_time_entry();
@@ -449,7 +451,7 @@ impl SealedSegment {
                 (Ok(offset_index), Ok(time_index)) if file_len == 0 || !offset_index.is_empty() => {
                     if let Some(t) = time_index.last() {
                         core.max_timestamp = t.timestamp;
-                        core.max_timestamp_batch = base_offset + i64::from(t.rel_offset);
+                        core.offset_of_max_timestamp = base_offset + i64::from(t.rel_offset);
                     }
                     return Ok((Self { core, offset_index, time_index, flushed: true }, None));
                 }

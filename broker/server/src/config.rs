@@ -499,7 +499,10 @@ impl BrokerConfig {
             if a.host.is_empty() || a.host == "0.0.0.0" || a.host == "::" {
                 return Err(ConfigError::Inconsistent {
                     key: "advertised.listeners".into(),
-                    reason: format!("{}://{}:{} is not an address clients can connect to; set advertised.listeners when listeners binds all interfaces", a.name, a.host, a.port),
+                    reason: format!(
+                        "{}://{}:{} is not an address clients can connect to; set advertised.listeners when listeners binds all interfaces",
+                        a.name, a.host, a.port
+                    ),
                 });
             }
             if !listeners.iter().any(|l| l.name == a.name) {
