@@ -278,7 +278,18 @@ def run_produce_rdkafka(b: Broker, w: Produce, topic: str, res: Results) -> None
     res.add(w.name, "broker CPU per GB written", "CPU s/GB", "lower", b.name, (cpu1 - cpu0) / (w.records * w.size / 1e9))
 
 
+def settle_page_cache() -> None:
+    """Writes back dirty pages and drops clean ones, so every produce run starts from the same
+    page-cache state: otherwise the writeback owed by earlier runs decides the next run's speed."""
+    subprocess.run(["sync"], check=False)
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+    except OSError:
+        pass  # not root: runs still alternate, with more noise
+
+
 def run_produce(b: Broker, cp: str, w: Produce, topic: str, res: Results) -> None:
+    settle_page_cache()
     if w.tool == "librdkafka":
         run_produce_rdkafka(b, w, topic, res)
         return
@@ -480,7 +491,7 @@ def main() -> int:
             "consume: io.oxbow.bench.AssignConsumerPerf (assign(), fetch.max.bytes=50 MiB, max.partition.fetch.bytes=1 MiB) over the first 1 KiB topic",
             f"latency: io.oxbow.bench.FixedRateLatency, 1024 B, acks=all, linger.ms=0, {args.latency_rate} records/s for {args.latency_seconds} s, first 10% discarded",
             f"recovery: {args.recovery_gb} GB of 1 KiB records in one partition, SIGKILL, time from restart to serving Metadata",
-            f"rounds: {args.rounds} per broker, alternating; figures are medians",
+            f"rounds: {args.rounds} per broker, alternating; figures are medians; before every produce run: sync and drop clean page cache (both brokers alike)",
             "broker CPU: utime+stime of the broker process during each produce run, per GB of record payload",
         ],
         "smoke": args.smoke,
