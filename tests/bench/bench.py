@@ -202,7 +202,8 @@ class Kafka(Broker):
                               "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
                               "log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n\n")
         cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        subprocess.run(self.jvm(["-Xmx512m"]) + ["kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(self.props)],
+        # "--cluster-id=": a base64 id may start with '-', which would read as an option.
+        subprocess.run(self.jvm(["-Xmx512m"]) + ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", "-c", str(self.props)],
                        check=True, stdout=subprocess.DEVNULL)
 
     def jvm(self, opts: list[str]) -> list[str]:

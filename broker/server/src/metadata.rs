@@ -59,9 +59,15 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> MetaError + '_ {
     move |source| MetaError::Io { path: path.into(), source }
 }
 
-/// Kafka-style cluster id: a random UUID in URL-safe base64 without padding (22 chars).
+/// Kafka-style cluster id: a random UUID in URL-safe base64 without padding (22 chars), never
+/// starting with '-' (as Kafka's `Uuid.randomUuid`), so command lines cannot mistake it for a flag.
 pub fn new_cluster_id() -> String {
-    crate::handlers::util::kafka_uuid_string(Uuid::new_v4())
+    loop {
+        let id = crate::handlers::util::kafka_uuid_string(Uuid::new_v4());
+        if !id.starts_with('-') {
+            return id;
+        }
+    }
 }
 
 /// Reads or writes `meta.properties` in every log dir (Kafka's format) and returns the
@@ -200,6 +206,7 @@ mod tests {
     fn cluster_id_shape() {
         let id = new_cluster_id();
         assert_eq!(id.len(), 22);
+        assert!((0..2000).all(|_| !new_cluster_id().starts_with('-')));
         assert_ne!(id, new_cluster_id());
     }
 
