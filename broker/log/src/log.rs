@@ -247,7 +247,8 @@ impl Log {
             active,
             log_start_offset,
             high_watermark: leo,
-            recovery_point: leo,
+            // After a crash, recovered data is not known to be on disk until the flusher syncs it.
+            recovery_point: if opts.clean_shutdown { leo } else { opts.recovery_point.min(leo) },
             producers: ProducerState::default(),
             unflushed_messages: 0,
             last_flush_ms: opts.now_ms,
@@ -255,7 +256,6 @@ impl Log {
         log.load_producer_state(opts.clean_shutdown)?;
         report.producers_loaded = log.producers.len();
         if !opts.clean_shutdown {
-            // Recovered segments were synced as they were scanned.
             log.write_producer_snapshot(leo)?;
         }
         Ok((log, report))

@@ -310,7 +310,8 @@ impl ActiveSegment {
         if r.valid_bytes < file_len {
             seg.core.file.set_len(r.valid_bytes).map_err(LogError::io(&seg.core.log_path))?;
         }
-        seg.core.file.sync_all().map_err(LogError::io(&seg.core.log_path))?;
+        // No fsync here: the recovery point stays where it was, and the flusher syncs recovered
+        // segments in the background (an fsync of gigabytes of dirty pages would hold startup).
         Ok((seg, r.truncated))
     }
 
@@ -465,8 +466,8 @@ impl SealedSegment {
             }
         }
         let (active, truncated) = ActiveSegment::recover(dir, base_offset, s, 0)?;
-        let mut sealed = active.seal()?;
-        sealed.flushed = true;
+        // Not yet synced: the background flusher does it and then moves the recovery point.
+        let sealed = active.seal()?;
         Ok((sealed, truncated))
     }
 
