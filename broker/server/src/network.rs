@@ -130,8 +130,14 @@ async fn read_frames(
             permits
                 .push(b.clone().acquire_many_owned(n).await.map_err(|_| ConnError::Refused("shutting down".into()))?);
         }
-        let mut body = BytesMut::zeroed(size);
-        rd.read_exact(&mut body).await?;
+        // Read into uninitialised capacity (no memset), never past this frame.
+        let mut body = BytesMut::with_capacity(size);
+        let mut limited = (&mut rd).take(size as u64);
+        while body.len() < size {
+            if limited.read_buf(&mut body).await? == 0 {
+                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+            }
+        }
         if tx.send(Frame { body: body.freeze(), _permits: permits }).await.is_err() {
             return Ok(());
         }
