@@ -415,61 +415,77 @@ impl Broker {
 
     /// Writes the recovery point and log start offset checkpoints of every log dir.
     pub fn write_checkpoints(&self) {
-        let dirs = &self.config.log_dirs;
-        let mut rp: Vec<Vec<(String, i32, i64)>> = vec![Vec::new(); dirs.len()];
-        let mut ls: Vec<Vec<(String, i32, i64)>> = vec![Vec::new(); dirs.len()];
+        let mut cp = Checkpoints::new(self.config.log_dirs.len());
         for p in self.all_partitions() {
             if let Ok((r, s)) = p.with_log(|l| (l.recovery_point(), l.log_start_offset())) {
-                rp[p.root].push((p.topic.to_string(), p.index, r));
-                ls[p.root].push((p.topic.to_string(), p.index, s));
+                cp.add(&p, r, s);
             }
         }
-        for (i, d) in dirs.iter().enumerate() {
-            if let Err(e) = write_offsets(&d.join(RECOVERY_POINT_CHECKPOINT), &rp[i]) {
-                tracing::error!(error = %e, "cannot write recovery point checkpoint");
-            }
-            if let Err(e) = write_offsets(&d.join(LOG_START_CHECKPOINT), &ls[i]) {
-                tracing::error!(error = %e, "cannot write log start offset checkpoint");
-            }
-        }
+        cp.write(&self.config.log_dirs);
     }
 
     /// Clean shutdown of storage: close every log (flush, trim indexes, snapshot producers),
     /// write checkpoints, then the clean shutdown marker.
     pub fn close_logs(&self) {
         let dirs = &self.config.log_dirs;
-        let mut rp: Vec<Vec<(String, i32, i64)>> = vec![Vec::new(); dirs.len()];
-        let mut ls: Vec<Vec<(String, i32, i64)>> = vec![Vec::new(); dirs.len()];
+        let mut cp = Checkpoints::new(dirs.len());
         let mut ok = vec![true; dirs.len()];
         let now = now_ms();
         for p in self.all_partitions() {
             let Some(log) = p.take_log() else { continue };
             let start = log.log_start_offset();
             match log.close(now) {
-                Ok(r) => {
-                    rp[p.root].push((p.topic.to_string(), p.index, r));
-                    ls[p.root].push((p.topic.to_string(), p.index, start));
-                }
+                Ok(r) => cp.add(&p, r, start),
                 Err(e) => {
                     tracing::error!(topic = %p.topic, partition = p.index, error = %e, "could not close log cleanly");
                     ok[p.root] = false;
                 }
             }
         }
-        for (i, d) in dirs.iter().enumerate() {
-            let written = write_offsets(&d.join(RECOVERY_POINT_CHECKPOINT), &rp[i])
-                .and_then(|_| write_offsets(&d.join(LOG_START_CHECKPOINT), &ls[i]));
-            if let Err(e) = &written {
-                tracing::error!(error = %e, "cannot write checkpoints at shutdown");
-            }
-            if ok[i]
-                && written.is_ok()
+        for ((d, written), closed) in dirs.iter().zip(cp.write(dirs)).zip(ok) {
+            if closed
+                && written
                 && let Err(e) = oxbow_log::checkpoint::write_atomic(&d.join(CLEAN_SHUTDOWN_MARKER), b"")
             {
                 tracing::error!(error = %e, "cannot write the clean shutdown marker");
             }
         }
         tracing::info!("logs closed cleanly");
+    }
+}
+
+/// Recovery points and log start offsets gathered per log dir.
+struct Checkpoints {
+    recovery: Vec<Vec<(String, i32, i64)>>,
+    start: Vec<Vec<(String, i32, i64)>>,
+}
+
+impl Checkpoints {
+    fn new(dirs: usize) -> Self {
+        Self { recovery: vec![Vec::new(); dirs], start: vec![Vec::new(); dirs] }
+    }
+
+    fn add(&mut self, p: &Partition, recovery_point: i64, log_start: i64) {
+        self.recovery[p.root].push((p.topic.to_string(), p.index, recovery_point));
+        self.start[p.root].push((p.topic.to_string(), p.index, log_start));
+    }
+
+    /// Writes both checkpoint files of every dir; returns, per dir, whether both were written.
+    fn write(&self, dirs: &[PathBuf]) -> Vec<bool> {
+        let mut out = Vec::with_capacity(dirs.len());
+        for (i, d) in dirs.iter().enumerate() {
+            let mut ok = true;
+            for (name, entries) in
+                [(RECOVERY_POINT_CHECKPOINT, &self.recovery[i]), (LOG_START_CHECKPOINT, &self.start[i])]
+            {
+                if let Err(e) = write_offsets(&d.join(name), entries) {
+                    tracing::error!(file = name, error = %e, "cannot write checkpoint");
+                    ok = false;
+                }
+            }
+            out.push(ok);
+        }
+        out
     }
 }
 

@@ -20,6 +20,17 @@ struct Inner {
     replica: ReplicaState,
 }
 
+impl Inner {
+    fn offsets(&self) -> Offsets {
+        Offsets {
+            log_start: self.log.log_start_offset(),
+            high_watermark: self.log.high_watermark(),
+            log_end: self.log.log_end_offset(),
+            leader_epoch: self.replica.leader_epoch,
+        }
+    }
+}
+
 pub struct Partition {
     pub topic: Arc<str>,
     pub index: i32,
@@ -60,14 +71,7 @@ impl Partition {
     }
 
     pub fn offsets(&self) -> Result<Offsets, ApiError> {
-        self.with(|i| {
-            Ok(Offsets {
-                log_start: i.log.log_start_offset(),
-                high_watermark: i.log.high_watermark(),
-                log_end: i.log.log_end_offset(),
-                leader_epoch: i.replica.leader_epoch,
-            })
-        })
+        self.with(|i| Ok(i.offsets()))
     }
 
     pub fn leader_epoch(&self) -> Result<i32, ApiError> {
@@ -147,12 +151,7 @@ impl Partition {
     ) -> Result<(ReadStart, Offsets), (ApiError, Option<Offsets>)> {
         let g = self.inner.lock();
         let Some(i) = g.as_ref() else { return Err((gone(), None)) };
-        let offsets = Offsets {
-            log_start: i.log.log_start_offset(),
-            high_watermark: i.log.high_watermark(),
-            log_end: i.log.log_end_offset(),
-            leader_epoch: i.replica.leader_epoch,
-        };
+        let offsets = i.offsets();
         match i.log.read(offset, max_bytes, offsets.high_watermark, min_one) {
             Ok(r) => Ok((r, offsets)),
             Err(e) => Err((e.into(), Some(offsets))),
