@@ -184,6 +184,16 @@ fn open_log_file(path: &Path) -> Result<File> {
     OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(LogError::io(path))
 }
 
+/// Position of a batch at or before the one holding `offset` (0 without an index entry).
+fn position_of(base: i64, oi: &impl IndexView<OffsetEntry>, offset: i64) -> u64 {
+    oi.lookup(offset - base).map_or(0, |e| u64::from(e.position))
+}
+
+/// Position to start scanning for the first record with timestamp >= `ts`.
+fn position_for_time(base: i64, oi: &impl IndexView<OffsetEntry>, ti: &impl IndexView<TimeEntry>, ts: i64) -> u64 {
+    ti.lookup(ts).map_or(0, |t| position_of(base, oi, base + i64::from(t.rel_offset)))
+}
+
 /// Settings a segment needs from the topic config.
 #[derive(Debug, Clone, Copy)]
 pub struct SegmentSettings {
@@ -373,14 +383,11 @@ impl ActiveSegment {
     }
 
     pub fn lookup_position(&self, offset: i64) -> u64 {
-        self.offset_index.lookup(offset - self.core.base_offset).map_or(0, |e| u64::from(e.position))
+        position_of(self.core.base_offset, &self.offset_index, offset)
     }
 
     pub fn lookup_time(&self, ts: i64) -> u64 {
-        match self.time_index.lookup(ts) {
-            Some(t) => self.lookup_position(self.core.base_offset + i64::from(t.rel_offset)),
-            None => 0,
-        }
+        position_for_time(self.core.base_offset, &self.offset_index, &self.time_index, ts)
     }
 
     /// Seals the segment: final time index entry, indexes trimmed and reopened read-only.
@@ -472,14 +479,11 @@ impl SealedSegment {
     }
 
     pub fn lookup_position(&self, offset: i64) -> u64 {
-        self.offset_index.lookup(offset - self.core.base_offset).map_or(0, |e| u64::from(e.position))
+        position_of(self.core.base_offset, &self.offset_index, offset)
     }
 
     pub fn lookup_time(&self, ts: i64) -> u64 {
-        match self.time_index.lookup(ts) {
-            Some(t) => self.lookup_position(self.core.base_offset + i64::from(t.rel_offset)),
-            None => 0,
-        }
+        position_for_time(self.core.base_offset, &self.offset_index, &self.time_index, ts)
     }
 
     pub fn sync(&self) -> Result<()> {
