@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use common::{Client, TestBroker, batch};
+use common::{Client, TestBroker, batch, produce_req};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
@@ -23,30 +23,8 @@ fn init_req() -> InitProducerIdRequest {
     r
 }
 
-fn produce_req(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
-    let mut pd = produce_request::PartitionProduceData::default();
-    pd.index = partition;
-    pd.records = Some(records);
-    let mut td = produce_request::TopicProduceData::default();
-    td.name = TopicName(StrBytes::from_string(topic.into()));
-    td.partition_data = vec![pd];
-    let mut req = ProduceRequest::default();
-    req.acks = acks;
-    req.timeout_ms = 5000;
-    req.topic_data = vec![td];
-    req
-}
-
 async fn create_topic(c: &mut Client, name: &str, partitions: i32) -> anyhow::Result<i16> {
-    let mut t = create_topics_request::CreatableTopic::default();
-    t.name = TopicName(StrBytes::from_string(name.into()));
-    t.num_partitions = partitions;
-    t.replication_factor = 1;
-    let mut req = CreateTopicsRequest::default();
-    req.topics = vec![t];
-    req.timeout_ms = 5000;
-    let resp = c.send(7, &req).await?;
-    Ok(resp.topics[0].error_code)
+    common::create_topic(c, name, partitions, &[]).await
 }
 
 async fn latest_offset(c: &mut Client, topic: &str, partition: i32) -> anyhow::Result<i64> {

@@ -7,34 +7,14 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Client, TestBroker, batch};
+use common::{Client, TestBroker, batch, produce_req, topic_name as name};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use oxbow_log::batch::{BatchHeader, Codec};
 
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.into()))
-}
-
 async fn create(c: &mut Client, topic: &str, configs: &[(&str, &str)]) -> anyhow::Result<()> {
-    let mut t = create_topics_request::CreatableTopic::default();
-    t.name = name(topic);
-    t.num_partitions = 1;
-    t.replication_factor = 1;
-    t.configs = configs
-        .iter()
-        .map(|(k, v)| {
-            let mut c = create_topics_request::CreatableTopicConfig::default();
-            c.name = StrBytes::from_string(k.to_string());
-            c.value = Some(StrBytes::from_string(v.to_string()));
-            c
-        })
-        .collect();
-    let mut req = CreateTopicsRequest::default();
-    req.topics = vec![t];
-    let resp = c.send(7, &req).await?;
-    anyhow::ensure!(resp.topics[0].error_code == 0, "create {topic}: {:?}", resp.topics[0].error_message);
+    let code = common::create_topic(c, topic, 1, configs).await?;
+    anyhow::ensure!(code == 0, "create {topic}: error {code}");
     Ok(())
 }
 
@@ -43,16 +23,7 @@ async fn produce(
     topic: &str,
     records: Bytes,
 ) -> anyhow::Result<produce_response::PartitionProduceResponse> {
-    let mut pd = produce_request::PartitionProduceData::default();
-    pd.records = Some(records);
-    let mut td = produce_request::TopicProduceData::default();
-    td.name = name(topic);
-    td.partition_data = vec![pd];
-    let mut req = ProduceRequest::default();
-    req.acks = -1;
-    req.timeout_ms = 5000;
-    req.topic_data = vec![td];
-    let mut resp = c.send(9, &req).await?;
+    let mut resp = c.send(9, &produce_req(topic, 0, records, -1)).await?;
     Ok(resp.responses.remove(0).partition_responses.remove(0))
 }
 

@@ -127,6 +127,54 @@ impl Client {
     }
 }
 
+pub fn topic_name(s: &str) -> kafka_protocol::messages::TopicName {
+    kafka_protocol::messages::TopicName(StrBytes::from_string(s.into()))
+}
+
+/// A Produce request with one batch set for one partition.
+pub fn produce_req(topic: &str, partition: i32, records: Bytes, acks: i16) -> kafka_protocol::messages::ProduceRequest {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    let mut pd = PartitionProduceData::default();
+    pd.index = partition;
+    pd.records = Some(records);
+    let mut td = TopicProduceData::default();
+    td.name = topic_name(topic);
+    td.partition_data = vec![pd];
+    let mut req = kafka_protocol::messages::ProduceRequest::default();
+    req.acks = acks;
+    req.timeout_ms = 5000;
+    req.topic_data = vec![td];
+    req
+}
+
+/// Creates a topic (replication factor 1) and returns the topic's error code.
+pub async fn create_topic(
+    c: &mut Client,
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> anyhow::Result<i16> {
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    let mut t = CreatableTopic::default();
+    t.name = topic_name(topic);
+    t.num_partitions = partitions;
+    t.replication_factor = 1;
+    t.configs = configs
+        .iter()
+        .map(|(k, v)| {
+            let mut c = CreatableTopicConfig::default();
+            c.name = StrBytes::from_string(k.to_string());
+            c.value = Some(StrBytes::from_string(v.to_string()));
+            c
+        })
+        .collect();
+    let mut req = kafka_protocol::messages::CreateTopicsRequest::default();
+    req.topics = vec![t];
+    req.timeout_ms = 5000;
+    let resp = c.send(7, &req).await?;
+    Ok(resp.topics[0].error_code)
+}
+
 /// One producer batch of `n` records; `producer` = (id, epoch, base sequence).
 pub fn batch(n: i64, ts0: i64, compression: Compression, producer: Option<(i64, i16, i32)>) -> Bytes {
     oxbow_log::testing::batch(n, ts0, 0, compression, producer)
