@@ -13,59 +13,21 @@ headless Service, a ClusterIP Service and a PVC template, then checks that:
 Exits non-zero with the reason on the first failure.
 """
 
-import json
 import os
 import subprocess
-import sys
 import time
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kubetest import Suite
 
 NS = "oxbow-smoke"
 REPLICAS = 3
 DOMAIN = "cluster.local"
 
 
-def kubectl(*args, check=True, input=None):
-    p = subprocess.run(["kubectl", *args], capture_output=True, text=True, input=input)
-    if check and p.returncode != 0:
-        raise SystemExit(f"kubectl {' '.join(args)} failed:\n{p.stdout}{p.stderr}")
-    return p.stdout
-
-
-def kjson(*args):
-    return json.loads(kubectl(*args, "-o", "json"))
-
-
-def step(msg):
-    print(f"[smoke {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def fail(msg):
-    print(f"[smoke] FAILED: {msg}", flush=True)
-    for cmd in (["get", "all,pvc,pv", "-n", NS, "-o", "wide"], ["get", "events", "-n", NS]):
-        print(kubectl(*cmd, check=False), flush=True)
-    sys.exit(1)
-
-
-def wait(what, pred, timeout=180):
-    deadline = time.monotonic() + timeout
-    while True:
-        last = pred()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(1)
-
-
-def wait_equal(what, get, want, timeout):
-    deadline = time.monotonic() + timeout
-    while (got := get()) != want:
-        if time.monotonic() > deadline:
-            fail(f"timed out after {timeout}s waiting for {what}: got {got}, want {want}")
-        time.sleep(1)
+T = Suite("smoke", [NS])
+kubectl, kjson, step, fail, wait, wait_equal = T.kubectl, T.kjson, T.step, T.fail, T.wait, T.wait_equal
 
 
 MANIFEST = f"""
@@ -222,7 +184,7 @@ def main():
     # host's (PREROUTING, not OUTPUT), so both are checked.
     script = (
         r"printf '\000\000\000\012\000\022\000\000\000\000\000\007\377\377' | "
-        f"busybox nc -w 5 oxb-bootstrap 9092 | busybox od -An -tx1 | busybox head -1"
+        "busybox nc -w 5 oxb-bootstrap 9092 | busybox od -An -tx1 | busybox head -1"
     )
     out = kubectl("exec", "-n", NS, "oxb-2", "-c", "toolbox", "--", "sh", "-c", script, check=False).split()
     if out[4:10] != ["00", "00", "00", "07", "00", "00"]:

@@ -28,6 +28,8 @@ pub enum Kind {
     Paths,
     /// A decimal number in `[0, 1]`.
     Ratio,
+    /// `ip:port` (an IP literal), or empty for "off".
+    SocketAddr,
 }
 
 impl Kind {
@@ -43,6 +45,7 @@ impl Kind {
             }
             Kind::Paths => "a comma-separated list of directories".into(),
             Kind::Ratio => "a decimal number in [0, 1]".into(),
+            Kind::SocketAddr => "ip:port with an IP literal (e.g. 0.0.0.0:8080), or empty to disable".into(),
         }
     }
 
@@ -52,7 +55,7 @@ impl Kind {
             Kind::Bool => 1,
             Kind::Int { max, .. } if *max <= i64::from(i32::MAX) => 3,
             Kind::Int { .. } => 5,
-            Kind::Choice(_) => 2,
+            Kind::Choice(_) | Kind::SocketAddr => 2,
             Kind::Listeners | Kind::Paths => 7,
             Kind::Ratio => 6,
         }
@@ -66,6 +69,7 @@ impl Kind {
             Kind::Listeners => parse_listeners(value).is_ok(),
             Kind::Paths => value.split(',').all(|p| !p.trim().is_empty()),
             Kind::Ratio => value.trim().parse::<f64>().is_ok_and(|v| (0.0..=1.0).contains(&v)),
+            Kind::SocketAddr => value.trim().is_empty() || value.trim().parse::<std::net::SocketAddr>().is_ok(),
         }
     }
 }
@@ -349,6 +353,12 @@ pub const KEYS: &[KeyDef] = &[
         kind: Kind::Int { min: 0, max: I32 },
         doc: "How long a clean shutdown waits for in-flight requests before closing connections.",
     },
+    KeyDef {
+        name: "oxbow.http.listener",
+        default: Some(""),
+        kind: Kind::SocketAddr,
+        doc: "Address of the HTTP health endpoints: GET /livez (200 while the process serves HTTP) and GET /readyz (200 once the log is recovered and the Kafka listener accepts connections, 503 while starting or shutting down). Empty: no HTTP listener. The Kubernetes operator sets 0.0.0.0:8080.",
+    },
 ];
 
 /// Keys that are another key's synonym.
@@ -441,6 +451,8 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     pub queued_max_requests: usize,
     pub queued_max_request_bytes: Option<usize>,
+    /// `oxbow.http.listener`: where /livez and /readyz are served, if anywhere.
+    pub http_listener: Option<std::net::SocketAddr>,
     pub max_connections: usize,
     pub max_inflight_per_connection: usize,
     pub shutdown_timeout_ms: u64,
@@ -591,6 +603,7 @@ impl BrokerConfig {
             max_connections: req_int("max.connections")? as usize,
             max_inflight_per_connection: req_int("oxbow.max.inflight.requests.per.connection")? as usize,
             shutdown_timeout_ms: req_int("oxbow.shutdown.timeout.ms")? as u64,
+            http_listener: get("oxbow.http.listener").and_then(|v| v.parse().ok()),
             log,
             values,
             explicit,

@@ -16,6 +16,7 @@ pub mod broker;
 pub mod config;
 pub mod errors;
 pub mod handlers;
+pub mod health;
 pub mod metadata;
 pub mod network;
 pub mod partition;
@@ -38,12 +39,20 @@ pub use config::{BrokerConfig, ConfigError};
 pub struct Server {
     broker: Arc<Broker>,
     listener: TcpListener,
+    health: Arc<health::Health>,
+    health_task: Option<(SocketAddr, tokio::task::JoinHandle<()>)>,
 }
 
 impl Server {
     /// Opens (and if needed recovers) storage, then binds the listener.
     pub async fn bind(config: BrokerConfig) -> anyhow::Result<Self> {
         let l = config.listeners[0].clone();
+        // Health first: liveness answers while the log recovers; readiness waits for `run`.
+        let health = Arc::new(health::Health::default());
+        let health_task = match config.http_listener {
+            Some(addr) => Some(health::spawn(addr, health.clone()).await?),
+            None => None,
+        };
         let broker = tokio::task::spawn_blocking(move || Broker::open(config)).await??;
         let host = if l.host.is_empty() { "0.0.0.0".to_string() } else { l.host.clone() };
         let listener = TcpListener::bind((host.as_str(), l.port))
@@ -51,7 +60,12 @@ impl Server {
             .map_err(|e| anyhow::anyhow!("cannot listen on {}:{} (listeners): {e}", host, l.port))?;
         let port = listener.local_addr()?.port();
         broker.set_bound_port(port);
-        Ok(Self { broker, listener })
+        Ok(Self { broker, listener, health, health_task })
+    }
+
+    /// Where the health endpoints listen, if `oxbow.http.listener` is set.
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health_task.as_ref().map(|(a, _)| *a)
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -68,12 +82,21 @@ impl Server {
         let token = CancellationToken::new();
         let mut jobs = JoinSet::new();
         tasks::spawn_all(&mut jobs, self.broker.clone(), token.clone());
+        self.health.set(health::Phase::Serving);
+        let health = self.health.clone();
+        let shutdown = async move {
+            shutdown.await;
+            health.set(health::Phase::ShuttingDown);
+        };
         network::run(self.listener, self.broker.clone(), shutdown).await;
         tracing::info!("shutting down: listener closed, requests drained");
         token.cancel();
         while jobs.join_next().await.is_some() {}
         let b = self.broker.clone();
         tokio::task::spawn_blocking(move || b.close_logs()).await?;
+        if let Some((_, task)) = self.health_task {
+            task.abort();
+        }
         Ok(())
     }
 }

@@ -89,7 +89,7 @@ fn main() -> ExitCode {
         let server = oxbow_server::Server::bind(config).await?;
         let addr = server.local_addr()?;
         let adv = server.broker().advertised();
-        tracing::info!(listen = %addr, advertised = %format!("{}:{}", adv.host, adv.port), cluster_id = %server.broker().cluster_id, node_id = server.broker().node_id(), "oxbow-broker started");
+        tracing::info!(listen = %addr, advertised = %format!("{}:{}", adv.host, adv.port), cluster_id = %server.broker().cluster_id, node_id = server.broker().node_id(), health = ?server.health_addr(), "oxbow-broker started");
         server.run(shutdown_signal()).await
     });
     match result {

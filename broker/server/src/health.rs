@@ -1,0 +1,109 @@
+//! HTTP health endpoints for orchestrators (`oxbow.http.listener`):
+//! - `GET /livez`: 200 while the process serves HTTP at all (a wedged runtime fails it).
+//! - `GET /readyz`: 200 once the log is recovered and the Kafka listener accepts connections;
+//!   503 while starting (recovery can take a while after an unclean stop) and from the moment a
+//!   shutdown begins, so load balancers stop sending clients before the listener closes.
+//!
+//! The listener is bound before the log is opened, so a liveness or startup probe passes during
+//! recovery while readiness does not.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// Where the broker is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    Starting = 0,
+    Serving = 1,
+    ShuttingDown = 2,
+}
+
+/// Shared between the server (which moves it through the phases) and the HTTP handlers.
+#[derive(Debug, Default)]
+pub struct Health {
+    phase: AtomicU8,
+}
+
+impl Health {
+    pub fn set(&self, phase: Phase) {
+        self.phase.store(phase as u8, Ordering::Release);
+    }
+
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Acquire) {
+            0 => Phase::Starting,
+            1 => Phase::Serving,
+            _ => Phase::ShuttingDown,
+        }
+    }
+}
+
+async fn livez() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(health): State<Arc<Health>>) -> (StatusCode, &'static str) {
+    match health.phase() {
+        Phase::Serving => (StatusCode::OK, "ready\n"),
+        Phase::Starting => (StatusCode::SERVICE_UNAVAILABLE, "starting: recovering the log\n"),
+        Phase::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n"),
+    }
+}
+
+/// Binds `addr` and serves the endpoints on a task until it is aborted.
+pub async fn spawn(addr: SocketAddr, health: Arc<Health>) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (oxbow.http.listener): {e}"))?;
+    let local = listener.local_addr()?;
+    let app = Router::new().route("/livez", get(livez)).route("/readyz", get(readyz)).with_state(health);
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::warn!(error = %e, "health endpoint stopped");
+        }
+    });
+    Ok((local, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap_or_else(|e| panic!("connect: {e}"));
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap_or_else(|e| panic!("write: {e}"));
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap_or_else(|e| panic!("read: {e}"));
+        out
+    }
+
+    #[tokio::test]
+    async fn readiness_follows_the_phase_and_liveness_always_answers() {
+        let health = Arc::new(Health::default());
+        let (addr, task) = spawn("127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")), health.clone())
+            .await
+            .unwrap_or_else(|e| panic!("spawn: {e}"));
+        for (phase, ready) in [(Phase::Starting, false), (Phase::Serving, true), (Phase::ShuttingDown, false)] {
+            health.set(phase);
+            let r = get(addr, "/readyz").await;
+            assert_eq!(r.starts_with("HTTP/1.1 200"), ready, "{phase:?}: {r}");
+            assert!(r.starts_with("HTTP/1.1 503") != ready, "{phase:?}: {r}");
+            let l = get(addr, "/livez").await;
+            assert!(l.starts_with("HTTP/1.1 200") && l.ends_with("ok\n"), "{l}");
+        }
+        assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
+        task.abort();
+    }
+}

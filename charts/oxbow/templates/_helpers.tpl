@@ -1,0 +1,16 @@
+{{- define "oxbow.name" -}}oxbow-operator{{- end -}}
+
+{{- define "oxbow.labels" -}}
+app.kubernetes.io/name: oxbow-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "oxbow.selector" -}}
+app.kubernetes.io/name: oxbow-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "oxbow.fullname" -}}{{ printf "%s-operator" .Release.Name | trunc 63 | trimSuffix "-" }}{{- end -}}

@@ -1,0 +1,143 @@
+//! The Cluster controller: observe -> decide (pure: [`desired`], [`restart`], [`status`]) ->
+//! server-side apply -> status.
+
+pub mod desired;
+pub mod restart;
+pub mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::Error;
+use crate::crd::Cluster;
+use desired::{Desired, Names, Settings};
+use restart::Decision;
+
+/// The field manager of every write the operator makes.
+pub const MANAGER: &str = "oxbow-operator";
+
+pub struct Context {
+    pub client: Client,
+    pub settings: Settings,
+    pub reporter: Reporter,
+}
+
+/// Runs the Cluster controller until the stream ends (shutdown).
+pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
+    let client = ctx.client.clone();
+    let api = |c: &Client| match &namespace {
+        Some(ns) => Api::<Cluster>::namespaced(c.clone(), ns),
+        None => Api::<Cluster>::all(c.clone()),
+    };
+    let owned = |c: &Client| -> (Api<StatefulSet>, Api<Pod>) {
+        match &namespace {
+            Some(ns) => (Api::namespaced(c.clone(), ns), Api::namespaced(c.clone(), ns)),
+            None => (Api::all(c.clone()), Api::all(c.clone())),
+        }
+    };
+    let (sts, pods) = owned(&client);
+    let selector = watcher::Config::default().labels("app.kubernetes.io/managed-by=oxbow-operator");
+    Controller::new(api(&client), watcher::Config::default())
+        .owns(sts, selector.clone())
+        .watches(pods, selector, |pod: Pod| {
+            let cluster = pod.labels().get("app.kubernetes.io/instance")?.clone();
+            Some(ObjectRef::<Cluster>::new(&cluster).within(&pod.namespace()?))
+        })
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => tracing::debug!(cluster = %obj.name, "reconciled"),
+                Err(e) => tracing::warn!(error = %e, "reconcile failed"),
+            }
+        })
+        .await;
+}
+
+fn error_policy(cluster: Arc<Cluster>, err: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(cluster = %cluster.name_any(), error = %err, "reconcile error; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn apply<K>(client: &Client, ns: &str, obj: &K) -> Result<K, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let name = obj.meta().name.clone().unwrap_or_default();
+    // Server-side apply needs apiVersion and kind in the body; k8s-openapi types omit them.
+    let mut value = serde_json::to_value(obj).map_err(Error::Serialize)?;
+    value["apiVersion"] = K::api_version(&Default::default()).into();
+    value["kind"] = K::kind(&Default::default()).into();
+    Ok(api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&value)).await?)
+}
+
+async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = cluster.namespace().ok_or(Error::MissingNamespace)?;
+    let name = cluster.name_any();
+    let client = &ctx.client;
+    if cluster.meta().deletion_timestamp.is_some() {
+        // Owner references delete everything the Cluster owns.
+        return Ok(Action::await_change());
+    }
+
+    // Decide and apply the owned objects.
+    let Desired { config_map, headless, bootstrap, stateful_set, pdb } = desired::desired(&cluster, &ctx.settings);
+    apply::<ConfigMap>(client, &ns, &config_map).await?;
+    apply::<Service>(client, &ns, &headless).await?;
+    apply::<Service>(client, &ns, &bootstrap).await?;
+    let sts = apply::<StatefulSet>(client, &ns, &stateful_set).await?;
+    apply::<PodDisruptionBudget>(client, &ns, &pdb).await?;
+
+    // Observe the pods and decide whether one restarts.
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pods = pods_api.list(&ListParams::default().labels(&desired::selector_string(&name))).await?.items;
+    let observed = status::observe(&cluster, &sts, &pods);
+    let decision = restart::plan(&observed, |_| None);
+    let recorder = Recorder::new(client.clone(), ctx.reporter.clone());
+    if let Decision::Restart { pod, reason } = &decision {
+        tracing::info!(cluster = %name, pod, reason, "restarting broker pod");
+        pods_api.delete(pod, &DeleteParams::default()).await?;
+        let _ = recorder
+            .publish(
+                &Event {
+                    type_: EventType::Normal,
+                    reason: "RestartingBroker".into(),
+                    note: Some(format!("deleting {pod}: {reason}")),
+                    action: "Restart".into(),
+                    secondary: None,
+                },
+                &cluster.object_ref(&()),
+            )
+            .await;
+    }
+
+    let names = Names::of(&name);
+    let new_status = status::status(&cluster, &observed, &decision, &names, &ctx.settings);
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
+    let patch = serde_json::json!({
+        "apiVersion": Cluster::api_version(&()),
+        "kind": Cluster::kind(&()),
+        "status": new_status,
+    });
+    clusters.patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch)).await?;
+
+    Ok(match decision {
+        Decision::Done => Action::requeue(Duration::from_secs(60)),
+        _ => Action::requeue(Duration::from_secs(3)),
+    })
+}

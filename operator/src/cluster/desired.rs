@@ -1,0 +1,341 @@
+//! What a `Cluster` should produce: pure functions from the resource (and the operator's
+//! settings) to the Kubernetes objects, unit-tested against golden YAML.
+//!
+//! - ConfigMap `<name>-config`: `server.properties` (spec.config over the operator's defaults);
+//!   its hash is on the pod template, so a config change is a template change.
+//! - Service `<name>-brokers`: headless, publishes not-ready addresses, gives each broker its
+//!   stable DNS name (the advertised listener).
+//! - Service `<name>-bootstrap`: ClusterIP, what clients bootstrap from.
+//! - StatefulSet `<name>-broker`: `OnDelete` updates (the operator decides the restart order),
+//!   node.id from the pod index, a PVC template (or an emptyDir when storage is ephemeral).
+//! - PodDisruptionBudget `<name>-broker`: at most one broker voluntarily disrupted.
+//!
+//! All carry an owner reference to the Cluster, so deleting it deletes them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use sha2::{Digest, Sha256};
+
+use crate::crd::Cluster;
+
+/// Kafka port of every broker.
+pub const KAFKA_PORT: i32 = 9092;
+/// Health port (`/livez`, `/readyz`) of every broker.
+pub const HEALTH_PORT: i32 = 8080;
+/// Where a broker's volume is mounted; its log dirs live below.
+pub const DATA_DIR: &str = "/var/lib/oxbow";
+/// Annotation on the pod template: hash of the server.properties the pods were started with.
+pub const CONFIG_HASH_ANNOTATION: &str = "oxbow.io/config-hash";
+/// Seconds a broker gets between SIGTERM and SIGKILL: its controlled shutdown (flush, close
+/// logs, write the clean-shutdown marker) must fit.
+pub const TERMINATION_GRACE_SECONDS: i64 = 120;
+
+/// Settings that come from the operator, not from the resource.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Broker image when `spec.image` is empty.
+    pub broker_image: String,
+    /// The Kubernetes cluster's DNS domain (`cluster.local`).
+    pub cluster_domain: String,
+}
+
+/// Every object a Cluster owns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Desired {
+    pub config_map: ConfigMap,
+    pub headless: Service,
+    pub bootstrap: Service,
+    pub stateful_set: StatefulSet,
+    pub pdb: PodDisruptionBudget,
+}
+
+/// Object names derived from the Cluster's name.
+pub struct Names {
+    pub config_map: String,
+    pub headless: String,
+    pub bootstrap: String,
+    pub stateful_set: String,
+}
+
+impl Names {
+    pub fn of(cluster: &str) -> Names {
+        Names {
+            config_map: format!("{cluster}-config"),
+            headless: format!("{cluster}-brokers"),
+            bootstrap: format!("{cluster}-bootstrap"),
+            stateful_set: format!("{cluster}-broker"),
+        }
+    }
+}
+
+/// Labels that select a Cluster's broker pods.
+pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), "oxbow".to_string()),
+        ("app.kubernetes.io/instance".to_string(), cluster.to_string()),
+        ("app.kubernetes.io/component".to_string(), "broker".to_string()),
+    ])
+}
+
+/// The selector as a label-selector string (for the scale subresource's status).
+pub fn selector_string(cluster: &str) -> String {
+    selector_labels(cluster).iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}
+
+fn common_labels(cluster: &str) -> BTreeMap<String, String> {
+    let mut l = selector_labels(cluster);
+    l.insert("app.kubernetes.io/managed-by".into(), "oxbow-operator".into());
+    l
+}
+
+/// `server.properties` for every broker of the cluster: the operator's defaults, then
+/// `spec.config` (reserved keys are refused by the schema). Per-broker keys (node.id,
+/// advertised.listeners) are passed as `--override` arguments instead.
+pub fn server_properties(cluster: &Cluster) -> String {
+    let mut props: BTreeMap<String, String> = BTreeMap::from([
+        ("listeners".into(), format!("PLAINTEXT://0.0.0.0:{KAFKA_PORT}")),
+        ("log.dirs".into(), format!("{DATA_DIR}/data")),
+        ("oxbow.http.listener".into(), format!("0.0.0.0:{HEALTH_PORT}")),
+    ]);
+    for (k, v) in &cluster.spec.config {
+        props.insert(k.clone(), v.clone());
+    }
+    let mut out = String::from("# Generated by oxbow-operator from the Cluster resource.\n");
+    for (k, v) in props {
+        out.push_str(&format!("{k}={v}\n"));
+    }
+    out
+}
+
+/// First 16 hex digits of the SHA-256 of the config.
+pub fn config_hash(properties: &str) -> String {
+    let digest = Sha256::digest(properties.as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+fn owner(cluster: &Cluster) -> Option<OwnerReference> {
+    cluster.controller_owner_ref(&())
+}
+
+fn meta(cluster: &Cluster, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: cluster.namespace(),
+        labels: Some(common_labels(&cluster.name_any())),
+        owner_references: owner(cluster).map(|o| vec![o]),
+        ..Default::default()
+    }
+}
+
+/// Builds every object the Cluster should have.
+pub fn desired(cluster: &Cluster, settings: &Settings) -> Desired {
+    let name = cluster.name_any();
+    let ns = cluster.namespace().unwrap_or_default();
+    let names = Names::of(&name);
+    let properties = server_properties(cluster);
+    let hash = config_hash(&properties);
+
+    let config_map = ConfigMap {
+        metadata: meta(cluster, &names.config_map),
+        data: Some(BTreeMap::from([("server.properties".to_string(), properties)])),
+        ..Default::default()
+    };
+
+    let kafka_port = || ServicePort {
+        name: Some("kafka".into()),
+        port: KAFKA_PORT,
+        target_port: Some(IntOrString::Int(KAFKA_PORT)),
+        ..Default::default()
+    };
+    let headless = Service {
+        metadata: meta(cluster, &names.headless),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector_labels(&name)),
+            ports: Some(vec![kafka_port()]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let bootstrap = Service {
+        metadata: meta(cluster, &names.bootstrap),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(selector_labels(&name)),
+            ports: Some(vec![kafka_port()]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+
+    let stateful_set = stateful_set(cluster, settings, &names, &ns, &hash);
+
+    let pdb = PodDisruptionBudget {
+        metadata: meta(cluster, &names.stateful_set),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector { match_labels: Some(selector_labels(&name)), ..Default::default() }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+
+    Desired { config_map, headless, bootstrap, stateful_set, pdb }
+}
+
+fn env_field(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector { field_path: path.into(), ..Default::default() }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str, hash: &str) -> StatefulSet {
+    let name = cluster.name_any();
+    let spec = &cluster.spec;
+    let overrides = spec.template.clone().unwrap_or_default();
+
+    let mut pod_labels = overrides.labels.clone();
+    pod_labels.extend(common_labels(&name));
+    let mut annotations = overrides.annotations.clone();
+    annotations.insert(CONFIG_HASH_ANNOTATION.into(), hash.into());
+
+    let advertised = format!(
+        "advertised.listeners=PLAINTEXT://$(POD_NAME).{}.{ns}.svc.{}:{KAFKA_PORT}",
+        names.headless, settings.cluster_domain
+    );
+    let args = vec![
+        "--config".to_string(),
+        "/etc/oxbow/server.properties".to_string(),
+        "--override".to_string(),
+        "node.id=$(NODE_ID)".to_string(),
+        "--override".to_string(),
+        advertised,
+    ];
+    let env = vec![
+        env_field("POD_NAME", "metadata.name"),
+        env_field("NODE_ID", "metadata.labels['apps.kubernetes.io/pod-index']"),
+    ];
+
+    let probe = |path: &str, failure_threshold: i32| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::Int(HEALTH_PORT),
+            ..Default::default()
+        }),
+        period_seconds: Some(5),
+        failure_threshold: Some(failure_threshold),
+        ..Default::default()
+    };
+    let container = Container {
+        name: "broker".into(),
+        image: Some(spec.image.clone().unwrap_or_else(|| settings.broker_image.clone())),
+        image_pull_policy: spec.image_pull_policy.map(|p| p.as_str().to_string()),
+        args: Some(args),
+        env: Some(env),
+        ports: Some(vec![
+            ContainerPort { name: Some("kafka".into()), container_port: KAFKA_PORT, ..Default::default() },
+            ContainerPort { name: Some("health".into()), container_port: HEALTH_PORT, ..Default::default() },
+        ]),
+        readiness_probe: Some(probe("/readyz", 3)),
+        liveness_probe: Some(probe("/livez", 6)),
+        // Recovery after an unclean stop may scan the log: give the start time before liveness.
+        startup_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction { port: IntOrString::Int(HEALTH_PORT), ..Default::default() }),
+            period_seconds: Some(2),
+            failure_threshold: Some(900),
+            ..Default::default()
+        }),
+        resources: spec.resources.clone().or_else(|| Some(ResourceRequirements::default())),
+        volume_mounts: Some(vec![
+            VolumeMount { name: "data".into(), mount_path: DATA_DIR.into(), ..Default::default() },
+            VolumeMount {
+                name: "config".into(),
+                mount_path: "/etc/oxbow".into(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    };
+
+    let mut volumes = vec![Volume {
+        name: "config".into(),
+        config_map: Some(ConfigMapVolumeSource { name: names.config_map.clone(), ..Default::default() }),
+        ..Default::default()
+    }];
+    let mut claims = None;
+    if spec.storage.ephemeral {
+        volumes.push(Volume { name: "data".into(), empty_dir: Some(Default::default()), ..Default::default() });
+    } else {
+        claims = Some(vec![PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some("data".into()),
+                labels: Some(selector_labels(&name)),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(vec!["ReadWriteOnce".into()]),
+                storage_class_name: spec.storage.storage_class.clone(),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([("storage".to_string(), Quantity(spec.storage.size.clone()))])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]);
+    }
+
+    StatefulSet {
+        metadata: meta(cluster, &names.stateful_set),
+        spec: Some(StatefulSetSpec {
+            replicas: Some(spec.replicas),
+            service_name: Some(names.headless.clone()),
+            selector: LabelSelector { match_labels: Some(selector_labels(&name)), ..Default::default() },
+            // The operator restarts pods itself, one at a time, in a safe order.
+            update_strategy: Some(StatefulSetUpdateStrategy { type_: Some("OnDelete".into()), ..Default::default() }),
+            pod_management_policy: Some("Parallel".into()),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: Some(annotations),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    volumes: Some(volumes),
+                    termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+                    affinity: overrides.affinity,
+                    tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
+                    node_selector: (!overrides.node_selector.is_empty()).then_some(overrides.node_selector),
+                    priority_class_name: overrides.priority_class_name,
+                    ..Default::default()
+                }),
+            },
+            volume_claim_templates: claims,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

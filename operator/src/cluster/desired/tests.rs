@@ -1,0 +1,127 @@
+//! Golden YAML of the objects a Cluster produces. `UPDATE_GOLDEN=1 cargo test -p oxbow-operator`
+//! rewrites the files after an intended change; review the diff like any other code.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use kube::core::ObjectMeta;
+
+use super::*;
+use crate::crd::{Cluster, ClusterSpec, PodOverrides, PullPolicy, StorageSpec};
+
+fn settings() -> Settings {
+    Settings { broker_image: "ghcr.io/oxbow/oxbow-broker:0.1.0".into(), cluster_domain: "cluster.local".into() }
+}
+
+fn cluster(spec: ClusterSpec) -> Cluster {
+    Cluster {
+        metadata: ObjectMeta {
+            name: Some("events".into()),
+            namespace: Some("streaming".into()),
+            uid: Some("6f1c7d4e-0000-4000-8000-000000000001".into()),
+            ..Default::default()
+        },
+        spec,
+        status: None,
+    }
+}
+
+fn render(d: &Desired) -> String {
+    let docs = [
+        serde_yaml::to_string(&d.config_map),
+        serde_yaml::to_string(&d.headless),
+        serde_yaml::to_string(&d.bootstrap),
+        serde_yaml::to_string(&d.stateful_set),
+        serde_yaml::to_string(&d.pdb),
+    ];
+    docs.into_iter().map(|r| r.map_err(|e| e.to_string())).collect::<Result<Vec<_>, _>>().map_or_else(
+        |e| format!("serialization failed: {e}"),
+        |v| v.iter().map(|s| format!("---\n{s}")).collect::<String>(),
+    )
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        want == actual,
+        "{} differs from the objects built now (UPDATE_GOLDEN=1 to accept):\n{actual}",
+        path.display()
+    );
+}
+
+#[test]
+fn minimal_cluster() {
+    let c = cluster(ClusterSpec { replicas: 1, ..Default::default() });
+    golden("cluster-minimal.yaml", &render(&desired(&c, &settings())));
+}
+
+#[test]
+fn cluster_with_every_override() {
+    let c = cluster(ClusterSpec {
+        replicas: 1,
+        image: Some("localhost/oxbow/oxbow-broker:dev".into()),
+        image_pull_policy: Some(PullPolicy::IfNotPresent),
+        storage: StorageSpec { size: "1Gi".into(), storage_class: Some("fast".into()), ephemeral: false },
+        config: BTreeMap::from([
+            ("log.retention.ms".to_string(), "3600000".to_string()),
+            ("num.partitions".to_string(), "3".to_string()),
+        ]),
+        template: Some(PodOverrides {
+            node_selector: BTreeMap::from([("disk".to_string(), "ssd".to_string())]),
+            priority_class_name: Some("streaming".into()),
+            labels: BTreeMap::from([("team".to_string(), "data".to_string())]),
+            annotations: BTreeMap::from([("example.com/owner".to_string(), "data".to_string())]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    golden("cluster-overrides.yaml", &render(&desired(&c, &settings())));
+}
+
+#[test]
+fn ephemeral_storage_uses_an_empty_dir_and_no_claims() {
+    let c = cluster(ClusterSpec {
+        replicas: 1,
+        storage: StorageSpec { ephemeral: true, ..Default::default() },
+        ..Default::default()
+    });
+    let d = desired(&c, &settings());
+    let sts = d.stateful_set.spec.unwrap_or_default();
+    assert!(sts.volume_claim_templates.is_none());
+    let volumes = sts.template.spec.and_then(|s| s.volumes).unwrap_or_default();
+    assert!(volumes.iter().any(|v| v.name == "data" && v.empty_dir.is_some()));
+}
+
+#[test]
+fn a_config_change_changes_the_template_hash_and_nothing_else_in_the_template() {
+    let a = cluster(ClusterSpec { replicas: 1, ..Default::default() });
+    let mut b = a.clone();
+    b.spec.config.insert("log.retention.ms".into(), "1000".into());
+    let (da, db) = (desired(&a, &settings()), desired(&b, &settings()));
+    let hash = |d: &Desired| {
+        d.stateful_set.spec.as_ref().and_then(|s| s.template.metadata.as_ref()).and_then(|m| m.annotations.clone())
+    };
+    assert_ne!(hash(&da), hash(&db));
+    let spec = |d: &Desired| d.stateful_set.spec.as_ref().and_then(|s| s.template.spec.clone());
+    assert_eq!(spec(&da), spec(&db));
+    assert!(server_properties(&b).contains("log.retention.ms=1000\n"));
+}
+
+#[test]
+fn every_object_is_owned_by_the_cluster() {
+    let c = cluster(ClusterSpec { replicas: 1, ..Default::default() });
+    let d = desired(&c, &settings());
+    for m in
+        [&d.config_map.metadata, &d.headless.metadata, &d.bootstrap.metadata, &d.stateful_set.metadata, &d.pdb.metadata]
+    {
+        let owners = m.owner_references.clone().unwrap_or_default();
+        assert_eq!(owners.len(), 1, "{:?}", m.name);
+        assert_eq!(owners[0].kind, "Cluster");
+        assert_eq!(owners[0].controller, Some(true));
+    }
+}

@@ -1,0 +1,153 @@
+//! Observed pod state and the Cluster's status: pure functions of the objects read back.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+
+use super::desired::{self, CONFIG_HASH_ANNOTATION, KAFKA_PORT, Names, Settings};
+use super::restart::{Decision, PodState};
+use crate::crd::{BrokerStatus, Cluster, ClusterStatus};
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// One [`PodState`] per expected broker ordinal (0..replicas), from the StatefulSet and the pods.
+pub fn observe(cluster: &Cluster, sts: &StatefulSet, pods: &[Pod]) -> Vec<PodState> {
+    let names = Names::of(&cluster.name_any());
+    let replicas = cluster.spec.replicas.max(0);
+    let update_revision = sts.status.as_ref().and_then(|s| s.update_revision.clone());
+    let want_hash = sts
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(CONFIG_HASH_ANNOTATION).cloned());
+    (0..replicas)
+        .map(|ordinal| {
+            let name = format!("{}-{ordinal}", names.stateful_set);
+            let pod = pods.iter().find(|p| p.name_any() == name);
+            let revision = pod.and_then(|p| p.labels().get("controller-revision-hash").cloned());
+            let hash = pod.and_then(|p| p.annotations().get(CONFIG_HASH_ANNOTATION).cloned());
+            // Until the StatefulSet controller has computed its update revision, compare only
+            // the config hash.
+            let revision_current = update_revision.is_none() || revision == update_revision;
+            PodState {
+                ordinal,
+                name,
+                exists: pod.is_some(),
+                terminating: pod.is_some_and(|p| p.metadata.deletion_timestamp.is_some()),
+                ready: pod.is_some_and(pod_ready),
+                up_to_date: pod.is_none() || (revision_current && hash == want_hash),
+                // Combined roles: every broker is a controller, and the single node leads.
+                controller: true,
+                active_controller: replicas == 1,
+            }
+        })
+        .collect()
+}
+
+fn condition(old: &[Condition], type_: &str, on: bool, reason: &str, message: String, generation: i64) -> Condition {
+    let status = if on { "True" } else { "False" }.to_string();
+    // Keep the transition time while the status holds.
+    let last_transition_time = old
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| Time(jiff::Timestamp::now()));
+    Condition {
+        type_: type_.into(),
+        status,
+        reason: reason.into(),
+        message,
+        observed_generation: Some(generation),
+        last_transition_time,
+    }
+}
+
+/// The status to write after a reconcile that observed `pods` and decided `decision`.
+pub fn status(
+    cluster: &Cluster,
+    pods: &[PodState],
+    decision: &Decision,
+    names: &Names,
+    settings: &Settings,
+) -> ClusterStatus {
+    let generation = cluster.metadata.generation.unwrap_or_default();
+    let old = cluster.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let replicas = cluster.spec.replicas;
+    let ready = pods.iter().filter(|p| p.ready && p.exists).count() as i32;
+    let current = pods.iter().all(|p| p.up_to_date);
+    let all_ready = ready == replicas;
+    let restarting = matches!(decision, Decision::Restart { .. }) || pods.iter().any(|p| p.terminating);
+
+    let (ready_reason, ready_msg) = if all_ready && current {
+        ("Ready", format!("{ready}/{replicas} brokers ready"))
+    } else if restarting || !current {
+        ("RollingRestart", format!("{ready}/{replicas} brokers ready; {decision}"))
+    } else {
+        ("BrokersNotReady", format!("{ready}/{replicas} brokers ready"))
+    };
+    let not_ready: Vec<&str> = pods.iter().filter(|p| !p.ready).map(|p| p.name.as_str()).collect();
+    let degraded = !not_ready.is_empty() && !restarting && current;
+    let ns = cluster.namespace().unwrap_or_default();
+    let conditions = vec![
+        condition(&old, "Ready", all_ready && current, ready_reason, ready_msg, generation),
+        condition(
+            &old,
+            "Reconciling",
+            !(all_ready && current),
+            if all_ready && current { "Reconciled" } else { "Progressing" },
+            decision.to_string(),
+            generation,
+        ),
+        condition(
+            &old,
+            "Restarting",
+            restarting,
+            if restarting { "RollingRestart" } else { "Idle" },
+            if restarting { decision.to_string() } else { "no restart in progress".into() },
+            generation,
+        ),
+        condition(
+            &old,
+            "Degraded",
+            degraded,
+            if degraded { "BrokersNotReady" } else { "Healthy" },
+            if degraded { format!("not ready: {}", not_ready.join(", ")) } else { "every broker is ready".into() },
+            generation,
+        ),
+    ];
+    ClusterStatus {
+        conditions,
+        observed_generation: Some(generation),
+        replicas: pods.iter().filter(|p| p.exists).count() as i32,
+        ready_brokers: ready,
+        selector: desired::selector_string(&cluster.name_any()),
+        bootstrap_servers: Some(format!("{}.{ns}.svc.{}:{KAFKA_PORT}", names.bootstrap, settings.cluster_domain)),
+        brokers: pods
+            .iter()
+            .map(|p| BrokerStatus {
+                id: p.ordinal,
+                pod: p.name.clone(),
+                state: if !p.exists {
+                    "Missing"
+                } else if p.terminating {
+                    "Restarting"
+                } else if p.ready {
+                    "Running"
+                } else {
+                    "NotReady"
+                }
+                .into(),
+                ready: p.ready,
+                up_to_date: p.up_to_date,
+            })
+            .collect(),
+        quorum: None,
+    }
+}

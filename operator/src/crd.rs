@@ -1,0 +1,299 @@
+//! The custom resources: `Cluster` and `Topic` (group `oxbow.io`, version `v1alpha1`).
+//!
+//! The CRD YAML in `crds/` and in the chart is generated from these types by `crdgen`; the
+//! schema carries the validation (OpenAPI bounds and CEL rules), so `kubectl apply` refuses a bad
+//! spec with a message instead of the operator discovering it later.
+
+// `printcolumn(...)` repeats `type_ = ...` by design; clippy reads the repeats as duplicates.
+#![allow(clippy::duplicated_attributes)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// API group of every Oxbow resource.
+pub const GROUP: &str = "oxbow.io";
+
+/// Broker config keys the operator sets itself (identity, listeners, storage, quorum); a
+/// `Cluster.spec.config` that names one is refused by the schema.
+pub const RESERVED_CONFIG_KEYS: &[&str] = &[
+    "node.id",
+    "broker.id",
+    "process.roles",
+    "listeners",
+    "advertised.listeners",
+    "listener.security.protocol.map",
+    "inter.broker.listener.name",
+    "controller.listener.names",
+    "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers",
+    "log.dirs",
+    "log.dir",
+    "metadata.log.dir",
+    "broker.rack",
+];
+
+/// An Oxbow cluster: brokers (and controllers) as a StatefulSet, with its Services, config and
+/// disruption budget.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "oxbow.io",
+    version = "v1alpha1",
+    kind = "Cluster",
+    namespaced,
+    status = "ClusterStatus",
+    shortname = "oxc",
+    category = "oxbow",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "An Oxbow cluster: Kafka-compatible brokers run as a StatefulSet",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Brokers", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyBrokers"),
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSpec {
+    /// Number of broker pods. Until the metadata quorum lands every broker is its own
+    /// single-node cluster, so the schema allows exactly 1.
+    #[x_kube(validation = kube::core::Rule::new("self == 1").message(
+        "multi-broker clusters need the metadata quorum, which this version does not have yet: replicas must be 1"
+    ))]
+    #[schemars(range(min = 0))]
+    pub replicas: i32,
+
+    /// Controller placement. `combined` (the only mode until the metadata quorum lands): every
+    /// broker is also a controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controllers: Option<ControllersSpec>,
+
+    /// Broker image; the operator's `--broker-image` (chart value `brokerImage`) when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+
+    /// Image pull policy for broker pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<PullPolicy>,
+
+    /// CPU and memory for each broker container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Where each broker keeps its log.
+    #[serde(default)]
+    pub storage: StorageSpec,
+
+    /// Broker configuration overrides, as `server.properties` keys and values (for example
+    /// `log.retention.ms: "86400000"`). Keys the operator owns (identity, listeners, log dirs,
+    /// quorum) are refused.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = kube::core::Rule::new(
+        "['node.id', 'broker.id', 'process.roles', 'listeners', 'advertised.listeners', 'listener.security.protocol.map', 'inter.broker.listener.name', 'controller.listener.names', 'controller.quorum.voters', 'controller.quorum.bootstrap.servers', 'log.dirs', 'log.dir', 'metadata.log.dir', 'broker.rack'].all(k, !(k in self))"
+    ).message("config may not set node.id, process.roles, listeners, advertised.listeners, log.dirs, broker.rack or controller.quorum.* keys: the operator sets them"))]
+    pub config: BTreeMap<String, String>,
+
+    /// Scheduling and metadata overrides for broker pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<PodOverrides>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllersSpec {
+    /// `combined`: brokers are also controllers. `dedicated` arrives with the metadata quorum.
+    pub mode: ControllerMode,
+}
+
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum ControllerMode {
+    #[default]
+    Combined,
+}
+
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullPolicy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+impl PullPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullPolicy::Always => "Always",
+            PullPolicy::IfNotPresent => "IfNotPresent",
+            PullPolicy::Never => "Never",
+        }
+    }
+}
+
+/// Broker storage: a PersistentVolumeClaim per broker, or an emptyDir that dies with the pod.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!self.ephemeral || !has(self.storageClass)")
+    .message("an ephemeral volume has no storageClass"))]
+pub struct StorageSpec {
+    /// Volume size, a Kubernetes quantity (for example `10Gi`).
+    #[serde(default = "default_storage_size")]
+    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
+    pub size: String,
+    /// StorageClass of the claims; the cluster's default class when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class: Option<String>,
+    /// Use an emptyDir instead of a claim: data is lost when a pod is deleted. For tests.
+    #[serde(default)]
+    pub ephemeral: bool,
+}
+
+fn default_storage_size() -> String {
+    "10Gi".into()
+}
+
+impl Default for StorageSpec {
+    fn default() -> Self {
+        StorageSpec { size: default_storage_size(), storage_class: None, ephemeral: false }
+    }
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodOverrides {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// Extra pod labels (the operator's own labels win on conflict).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Broker pods that exist (the scale subresource's status replicas).
+    #[serde(default)]
+    pub replicas: i32,
+    #[serde(default)]
+    pub ready_brokers: i32,
+    /// Label selector of the broker pods (for the scale subresource and autoscalers).
+    #[serde(default)]
+    pub selector: String,
+    /// `host:port,...` a client inside the cluster bootstraps from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_servers: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub brokers: Vec<BrokerStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum: Option<QuorumStatus>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerStatus {
+    pub id: i32,
+    pub pod: String,
+    /// `Running`, `Pending`, `Restarting`, `Failed` or `Missing`.
+    pub state: String,
+    pub ready: bool,
+    /// Whether the pod runs the current pod template and configuration.
+    pub up_to_date: bool,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct QuorumStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<i32>,
+    #[serde(default)]
+    pub voters: Vec<i32>,
+}
+
+/// Annotation on a Topic: what deleting the resource does to the Kafka topic.
+pub const DELETION_POLICY_ANNOTATION: &str = "oxbow.io/deletion-policy";
+
+/// A Kafka topic declared in Kubernetes: created, grown and reconfigured through the Kafka
+/// admin protocol against its Cluster.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "oxbow.io",
+    version = "v1alpha1",
+    kind = "Topic",
+    namespaced,
+    status = "TopicStatus",
+    shortname = "oxt",
+    category = "oxbow",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "A Kafka topic of an Oxbow Cluster in the same namespace",
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.cluster"),
+    printcolumn(name = "Partitions", type_ = "integer", json_path = ".spec.partitions"),
+    printcolumn(name = "RF", type_ = "integer", json_path = ".spec.replicationFactor"),
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicSpec {
+    /// Name of the Cluster (same namespace) the topic lives in.
+    #[schemars(length(min = 1))]
+    #[x_kube(validation = kube::core::Rule::new("self == oldSelf").message("cluster cannot be changed"))]
+    pub cluster: String,
+    /// Kafka topic name; the resource's name when empty. Cannot be changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 249), regex(pattern = r"^[a-zA-Z0-9._-]+$"))]
+    #[x_kube(validation = kube::core::Rule::new("self == oldSelf").message("topicName cannot be changed"))]
+    pub topic_name: Option<String>,
+    /// Partition count. It can grow; a decrease is refused (Kafka cannot remove partitions).
+    #[schemars(range(min = 1))]
+    pub partitions: i32,
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 32767))]
+    pub replication_factor: i32,
+    /// Topic configs, as Kafka names them (`retention.ms`, `cleanup.policy`, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
+}
+
+fn one() -> i32 {
+    1
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<i32>,
+}
+
+impl Topic {
+    /// The Kafka topic name: `spec.topicName`, else the resource name.
+    pub fn kafka_name(&self) -> String {
+        self.spec.topic_name.clone().or_else(|| self.metadata.name.clone()).unwrap_or_default()
+    }
+}

@@ -1,0 +1,24 @@
+//! oxbow-operator: reconciles `Cluster` and `Topic` resources (group `oxbow.io`).
+//!
+//! - [`crd`]: the resource types; `crdgen` turns them into the CRD YAML in `crds/` and the chart.
+//! - [`cluster`]: the Cluster controller. Pure parts: [`cluster::desired`] (objects from a spec),
+//!   [`cluster::restart`] (which pod may restart now), [`cluster::status`]; the reconciler applies
+//!   them with server-side apply under one field manager.
+//!
+//! The operator shares no code with the broker beyond the Kafka protocol: it talks to brokers as
+//! any Kafka admin client would.
+
+pub mod cluster;
+pub mod crd;
+pub mod crdgen;
+
+/// Errors of a reconcile pass; every one is retried with back-off.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("serializing an object: {0}")]
+    Serialize(#[source] serde_json::Error),
+    #[error("the resource has no namespace")]
+    MissingNamespace,
+}

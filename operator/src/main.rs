@@ -1,0 +1,81 @@
+//! `oxbow-operator`: runs the controllers until SIGTERM.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use kube::Client;
+use kube::runtime::events::Reporter;
+use oxbow_operator::cluster::{self, Context, desired::Settings};
+use tracing_subscriber::EnvFilter;
+
+const USAGE: &str = "usage: oxbow-operator [--namespace NS] [--broker-image IMAGE] [--cluster-domain DOMAIN]
+
+Reconciles oxbow.io Cluster and Topic resources. Watches every namespace unless --namespace
+(or WATCH_NAMESPACE) names one. Defaults: --broker-image from OXBOW_BROKER_IMAGE,
+--cluster-domain cluster.local. Logs: RUST_LOG (default info), JSON with LOG_FORMAT=json.";
+
+struct Args {
+    namespace: Option<String>,
+    broker_image: String,
+    cluster_domain: String,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut out = Args {
+        namespace: std::env::var("WATCH_NAMESPACE").ok().filter(|s| !s.is_empty()),
+        broker_image: std::env::var("OXBOW_BROKER_IMAGE").unwrap_or_default(),
+        cluster_domain: "cluster.local".into(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        // Both `--flag value` and `--flag=value`.
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (a.clone(), None),
+        };
+        let mut value = || inline.clone().or_else(|| args.next()).ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--namespace" => out.namespace = Some(value()?),
+            "--broker-image" => out.broker_image = value()?,
+            "--cluster-domain" => out.cluster_domain = value()?,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if out.broker_image.is_empty() {
+        return Err("--broker-image (or OXBOW_BROKER_IMAGE) is required: the image of broker pods".into());
+    }
+    Ok(out)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    if std::env::var("LOG_FORMAT").as_deref() == Ok("json") {
+        tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
+    }
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return Ok(());
+        }
+        Err(e) => {
+            eprintln!("oxbow-operator: {e}\n\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    let client = Client::try_default().await.context("connecting to the Kubernetes API")?;
+    let ctx = Arc::new(Context {
+        client,
+        settings: Settings { broker_image: args.broker_image, cluster_domain: args.cluster_domain },
+        reporter: Reporter { controller: "oxbow-operator".into(), instance: std::env::var("POD_NAME").ok() },
+    });
+    tracing::info!(namespace = ?args.namespace, "oxbow-operator started");
+    cluster::run(ctx, args.namespace).await;
+    tracing::info!("oxbow-operator stopped");
+    Ok(())
+}

@@ -1,0 +1,55 @@
+"""Helpers shared by the tests that run against the test cluster (smoke.py, operator_e2e.py):
+kubectl calls, waits with a deadline, and a failure report that dumps the test's namespaces."""
+
+import json
+import subprocess
+import sys
+import time
+
+
+class Suite:
+    def __init__(self, name, namespaces, extra_dumps=()):
+        self.name = name
+        self.namespaces = namespaces
+        self.extra_dumps = list(extra_dumps)
+
+    def run(self, *cmd, check=True, input=None):
+        p = subprocess.run(list(cmd), capture_output=True, text=True, input=input)
+        if check and p.returncode != 0:
+            self.fail(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+        return p
+
+    def kubectl(self, *args, check=True, input=None):
+        return self.run("kubectl", *args, check=check, input=input).stdout
+
+    def kjson(self, *args):
+        return json.loads(self.kubectl(*args, "-o", "json"))
+
+    def step(self, msg):
+        print(f"[{self.name} {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    def fail(self, msg):
+        print(f"[{self.name}] FAILED: {msg}", flush=True)
+        dumps = [["get", "oxbow,all,pvc,pv", "-n", ns, "-o", "wide"] for ns in self.namespaces]
+        dumps += [["get", "events", "-n", ns] for ns in self.namespaces]
+        for cmd in dumps + self.extra_dumps:
+            print(subprocess.run(["kubectl", *cmd], capture_output=True, text=True).stdout, flush=True)
+        sys.exit(1)
+
+    def wait(self, what, pred, timeout=180):
+        """Polls pred() until it returns something truthy, which is returned."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = pred()
+            if got:
+                return got
+            if time.monotonic() > deadline:
+                self.fail(f"timed out after {timeout}s waiting for {what}")
+            time.sleep(1)
+
+    def wait_equal(self, what, get, want, timeout):
+        deadline = time.monotonic() + timeout
+        while (got := get()) != want:
+            if time.monotonic() > deadline:
+                self.fail(f"timed out after {timeout}s waiting for {what}: got {got}, want {want}")
+            time.sleep(1)
