@@ -4,13 +4,18 @@
 //! - [`cluster`]: the Cluster controller. Pure parts: [`cluster::desired`] (objects from a spec),
 //!   [`cluster::restart`] (which pod may restart now), [`cluster::status`]; the reconciler applies
 //!   them with server-side apply under one field manager.
+//! - [`topic`]: the Topic controller. [`topic::plan`] (pure) decides create / grow / config
+//!   changes and refusals; [`kafka`] is the small Kafka admin client that carries them out.
 //!
 //! The operator shares no code with the broker beyond the Kafka protocol: it talks to brokers as
 //! any Kafka admin client would.
 
 pub mod cluster;
+pub mod conditions;
 pub mod crd;
 pub mod crdgen;
+pub mod kafka;
+pub mod topic;
 
 /// Errors of a reconcile pass; every one is retried with back-off.
 #[derive(Debug, thiserror::Error)]
@@ -21,4 +26,8 @@ pub enum Error {
     Serialize(#[source] serde_json::Error),
     #[error("the resource has no namespace")]
     MissingNamespace,
+    #[error("Kafka: {0}")]
+    Kafka(#[from] kafka::KafkaError),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }

@@ -75,7 +75,7 @@ async fn main() -> anyhow::Result<()> {
         reporter: Reporter { controller: "oxbow-operator".into(), instance: std::env::var("POD_NAME").ok() },
     });
     tracing::info!(namespace = ?args.namespace, "oxbow-operator started");
-    cluster::run(ctx, args.namespace).await;
+    tokio::join!(cluster::run(ctx.clone(), args.namespace.clone()), oxbow_operator::topic::run(ctx, args.namespace));
     tracing::info!("oxbow-operator stopped");
     Ok(())
 }

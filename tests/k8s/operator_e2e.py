@@ -10,17 +10,25 @@ the images tests/k8s/load-images built.
     records;
   - a config change restarts the broker exactly once (new pod, Ready again, config applied,
     clean shutdown, records intact), with an Event saying why;
-  - `helm upgrade` restarts the operator but no broker; `helm uninstall` removes the operator
-    and keeps the CRDs (and so every Cluster);
-  - deleting the namespace leaves nothing stuck.
+  - Topics, checked with Kafka's own kafka-topics (TopicCommand): created with configs, grown,
+    configs changed and removed, a shrink refused with a readable condition, an existing topic
+    adopted, a missing Cluster reported, deletion policies `delete` and `retain`;
+  - `helm upgrade` restarts the operator but no broker;
+  - deleting the namespace (a Cluster, a Topic with its finalizer) leaves nothing stuck;
+    `helm uninstall` removes the operator and keeps the CRDs.
 Exits non-zero with the reason on the first failure.
 """
 
 import json
 import os
+import sys
+import tempfile
 import time
 
 from kubetest import Suite
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+from bench import java_classpath  # noqa: E402  (Kafka's tools jars, as the benchmark uses them)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHART = os.path.join(ROOT, "charts", "oxbow")
@@ -54,20 +62,63 @@ def cluster_ready(name):
     return check
 
 
-def cluster_yaml(config=None):
-    if config:
-        cfg = "config:" + "".join(f'\n    {k}: "{v}"' for k, v in config.items())
-    else:
-        cfg = "config: {}"
-    return f"""
-apiVersion: oxbow.io/v1alpha1
-kind: Cluster
-metadata: {{name: events, namespace: {NS}}}
-spec:
-  replicas: 1
-  storage: {{size: 1Gi}}
-  {cfg}
-"""
+def cluster_yaml(config=None, replicas=1):
+    """A Cluster manifest (JSON, which kubectl reads as YAML)."""
+    return json.dumps({
+        "apiVersion": "oxbow.io/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": "events", "namespace": NS},
+        "spec": {"replicas": replicas, "storage": {"size": "1Gi"}, "config": config or {}},
+    })
+
+
+HOSTS = tempfile.NamedTemporaryFile("w", prefix="oxbow-e2e-hosts", delete=False).name
+
+
+def kafka_topics(*args, check=True):
+    """Kafka's own kafka-topics.sh (TopicCommand) from the host. Brokers advertise cluster DNS
+    names; the JVM resolves them through a hosts file that maps each to its pod IP."""
+    pods = kjson("get", "pods", "-n", NS, "-l", "app.kubernetes.io/instance=events")["items"]
+    with open(HOSTS, "w") as f:
+        for p in pods:
+            if p["status"].get("podIP"):
+                f.write(f"{p['status']['podIP']} {p['metadata']['name']}.events-brokers.{NS}.svc.cluster.local\n")
+    ip = pods[0]["status"]["podIP"]
+    return run("java", f"-Djdk.net.hosts.file={HOSTS}", "-Dlog4j.configuration=file:/dev/null", "-cp",
+               java_classpath(), "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", f"{ip}:9092",
+               *args, check=check).stdout
+
+
+def describe(topic):
+    """(topic id, partition count, replication factor, configs) from kafka-topics --describe."""
+    for line in kafka_topics("--describe", "--topic", topic).splitlines():
+        if line.startswith(f"Topic: {topic}\t"):
+            f = dict(part.split(": ", 1) for part in line.split("\t") if ": " in part)
+            configs = dict(c.split("=", 1) for c in f.get("Configs", "").split(",") if "=" in c)
+            return f["TopicId"], int(f["PartitionCount"]), int(f["ReplicationFactor"]), configs
+    fail(f"kafka-topics --describe {topic} printed no topic line")
+
+
+def topic_yaml(name, partitions, config=None, cluster="events", annotations=None):
+    return json.dumps({
+        "apiVersion": "oxbow.io/v1alpha1",
+        "kind": "Topic",
+        "metadata": {"name": name, "namespace": NS, "annotations": annotations or {}},
+        "spec": {"cluster": cluster, "partitions": partitions, "config": config or {}},
+    })
+
+
+def topic_state(name, ready=True, reason=None):
+    def check():
+        t = kjson("get", "topic", "-n", NS, name)
+        c = condition(t, "Ready")
+        if (t.get("status") or {}).get("observedGeneration") != t["metadata"]["generation"]:
+            return None
+        if c.get("status") == ("True" if ready else "False") and (reason is None or c.get("reason") == reason):
+            return t
+        return None
+
+    return check
 
 
 def kcat(*args, input=None):
@@ -95,11 +146,11 @@ def main():
 
     step("bad Clusters are refused by the schema")
     bad = {
-        "replicas: 3": ("replicas: 1", "replicas: 3", "replicas must be 1"),
-        "a reserved config key": ("config: {", "config: {node.id: \"7\"", "the operator sets them"),
+        "replicas: 3": (cluster_yaml(replicas=3), "replicas must be 1"),
+        "a reserved config key": (cluster_yaml({"node.id": "7"}), "the operator sets them"),
     }
-    for what, (old, new, message) in bad.items():
-        p = run("kubectl", "apply", "-f", "-", input=cluster_yaml().replace(old, new, 1), check=False)
+    for what, (manifest, message) in bad.items():
+        p = run("kubectl", "apply", "-f", "-", input=manifest, check=False)
         if p.returncode == 0 or message not in p.stderr:
             fail(f"a Cluster with {what} was not refused with '{message}': rc={p.returncode} {p.stderr}")
 
@@ -117,8 +168,16 @@ def main():
     kubectl("run", "client", "-n", NS, "--image=localhost/oxbow/toolbox:dev", "--restart=Never",
             "--command", "--", "sleep", "100000")
     wait("client pod", lambda: kjson("get", "pod", "-n", NS, "client")["status"].get("phase") == "Running", 90)
-    md = json.loads(kcat("-L", "-J"))
+    # A namespace recreated with the same names can meet DNS answers cached from the last one
+    # (TTL 30 s): wait until the bootstrap name leads to this broker.
     want_host = f"events-broker-0.events-brokers.{NS}.svc.cluster.local"
+
+    def metadata():
+        p = run("kubectl", "exec", "-n", NS, "client", "--", "kcat", "-b", "events-bootstrap:9092", "-L", "-J",
+                "-m", "5", check=False)
+        return json.loads(p.stdout) if p.returncode == 0 else None
+
+    md = wait("kcat metadata through events-bootstrap", metadata, 90)
     if [(b["id"], b["name"]) for b in md["brokers"]] != [(0, f"{want_host}:9092")]:
         fail(f"metadata brokers: {md['brokers']}")
     records = "".join(f"record-{i}\n" for i in range(50))
@@ -151,6 +210,50 @@ def main():
     if kjson("get", "pod", "-n", NS, "events-broker-0")["metadata"]["uid"] != pod["metadata"]["uid"]:
         fail("the broker restarted a second time")
 
+    step("a Topic is created through the Kafka admin protocol, as kafka-topics shows")
+    kubectl("apply", "-f", "-", input=topic_yaml("orders", 2, {"retention.ms": "7200000"}))
+    t = wait("Topic orders Ready", topic_state("orders"), 120)
+    tid, parts, rf, configs = describe("orders")
+    if (tid, parts, rf) != (t["status"]["topicId"], 2, 1) or configs.get("retention.ms") != "7200000":
+        fail(f"kafka-topics: id {tid} partitions {parts} rf {rf} configs {configs}; status {t['status']}")
+
+    step("growing partitions; configs set, changed and removed")
+    kubectl("apply", "-f", "-", input=topic_yaml("orders", 4, {"segment.bytes": "1048576"}))
+    wait("Topic orders Ready at 4 partitions", topic_state("orders"), 120)
+    _, parts, _, configs = describe("orders")
+    # kafka-topics lists every non-default value, the broker's own too: with the topic's
+    # retention.ms removed, the Cluster's log.retention.ms (3600000, set above) shows through.
+    if parts != 4 or configs.get("segment.bytes") != "1048576" or configs.get("retention.ms") != "3600000":
+        fail(f"after the change: partitions {parts}, configs {configs}")
+
+    step("a shrink is refused with a readable condition, and nothing changes")
+    kubectl("apply", "-f", "-", input=topic_yaml("orders", 3, {"segment.bytes": "1048576"}))
+    t = wait("Topic orders to refuse the shrink", topic_state("orders", False, "PartitionDecreaseRefused"), 120)
+    msg = condition(t, "Ready")["message"]
+    if "cannot remove partitions" not in msg or "4 or more" not in msg:
+        fail(f"refusal message: {msg}")
+    if describe("orders")[1] != 4:
+        fail("the refused shrink changed the partition count")
+
+    step("an existing topic is adopted, not recreated")
+    kafka_topics("--create", "--topic", "legacy", "--partitions", "3")
+    legacy_id = describe("legacy")[0]
+    kubectl("apply", "-f", "-", input=topic_yaml("legacy", 3, annotations={"oxbow.io/deletion-policy": "retain"}))
+    t = wait("Topic legacy Ready", topic_state("legacy"), 120)
+    if t["status"]["topicId"] != legacy_id:
+        fail(f"adopted topic id {t['status']['topicId']}, the topic's is {legacy_id}")
+
+    step("a Topic of a Cluster that does not exist says so")
+    kubectl("apply", "-f", "-", input=topic_yaml("orphan", 1, cluster="nope"))
+    wait("Topic orphan ClusterNotFound", topic_state("orphan", False, "ClusterNotFound"), 60)
+    kubectl("delete", "topic", "-n", NS, "orphan", "--timeout=60s")
+
+    step("deletion policies: delete removes the Kafka topic, retain keeps it")
+    kubectl("delete", "topic", "-n", NS, "orders", "legacy", "--timeout=60s")
+    listed = kafka_topics("--list").split()
+    if "orders" in listed or "legacy" not in listed:
+        fail(f"after deleting the Topics, kafka-topics --list shows {listed}")
+
     step("helm upgrade restarts the operator and no broker")
     broker_uid = pod["metadata"]["uid"]
     op_before = {p["metadata"]["uid"] for p in kjson("get", "pods", "-n", OP_NS)["items"]}
@@ -165,16 +268,18 @@ def main():
     if kjson("get", "pod", "-n", NS, "events-broker-0")["metadata"]["uid"] != broker_uid:
         fail("helm upgrade restarted the broker")
 
-    step("helm uninstall keeps the CRDs and the Cluster")
+    step("deleting the namespace (a Cluster and a Topic with its finalizer in it) leaves nothing stuck")
+    kubectl("apply", "-f", "-", input=topic_yaml("stays", 1))
+    wait("Topic stays Ready", topic_state("stays"), 120)
+    kubectl("delete", "namespace", NS, "--timeout=180s")
+    wait("namespace gone", lambda: not kubectl("get", "namespace", NS, check=False).strip(), 180)
+
+    step("helm uninstall removes the operator and keeps the CRDs")
     run("helm", "uninstall", "oxbow", "-n", OP_NS, "--wait", "--timeout", "120s")
     crds = {c["metadata"]["name"] for c in kjson("get", "crd")["items"]}
     if not {"clusters.oxbow.io", "topics.oxbow.io"} <= crds:
         fail(f"CRDs after uninstall: {crds}")
-    kjson("get", "cluster", "-n", NS, "events")
-
-    step("deleting the namespace leaves nothing stuck")
-    kubectl("delete", "namespace", NS, "--timeout=180s")
-    wait("namespace gone", lambda: not kubectl("get", "namespace", NS, check=False).strip(), 180)
+    wait("operator pods gone after uninstall", lambda: not kjson("get", "pods", "-n", OP_NS)["items"], 120)
     kubectl("delete", "namespace", OP_NS, "--timeout=120s")
     step("operator e2e passed")
 

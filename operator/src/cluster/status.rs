@@ -2,11 +2,11 @@
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
 use super::desired::{self, CONFIG_HASH_ANNOTATION, KAFKA_PORT, Names, Settings};
 use super::restart::{Decision, PodState};
+use crate::conditions::condition;
 use crate::crd::{BrokerStatus, Cluster, ClusterStatus};
 
 fn pod_ready(pod: &Pod) -> bool {
@@ -49,24 +49,6 @@ pub fn observe(cluster: &Cluster, sts: &StatefulSet, pods: &[Pod]) -> Vec<PodSta
             }
         })
         .collect()
-}
-
-fn condition(old: &[Condition], type_: &str, on: bool, reason: &str, message: String, generation: i64) -> Condition {
-    let status = if on { "True" } else { "False" }.to_string();
-    // Keep the transition time while the status holds.
-    let last_transition_time = old
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map(|c| c.last_transition_time.clone())
-        .unwrap_or_else(|| Time(jiff::Timestamp::now()));
-    Condition {
-        type_: type_.into(),
-        status,
-        reason: reason.into(),
-        message,
-        observed_generation: Some(generation),
-        last_transition_time,
-    }
 }
 
 /// The status to write after a reconcile that observed `pods` and decided `decision`.

@@ -147,15 +147,23 @@ pub async fn create_partitions(ctx: &Ctx<'_>, req: CreatePartitionsRequest) -> C
         r.name = t.name.clone();
         let name = t.name.0.to_string();
         let current = b.topic(&name).map_or(0, |t| t.meta.partitions);
-        let bad_assignment = t.assignments.as_ref().is_some_and(|a| {
-            a.len() as i32 != t.count - current
-                || a.iter().any(|x| x.broker_ids.len() != 1 || x.broker_ids[0].0 != b.node_id())
+        // Kafka: null assignments = the broker places the new partitions; a list must have one
+        // entry per new partition.
+        let bad_assignment = t.assignments.as_ref().filter(|_| t.count > current).and_then(|a| {
+            if a.len() as i32 != t.count - current {
+                Some(format!(
+                    "increasing the number of partitions by {} but {} assignments provided",
+                    t.count - current,
+                    a.len()
+                ))
+            } else if a.iter().any(|x| x.broker_ids.len() != 1 || x.broker_ids[0].0 != b.node_id()) {
+                Some(format!("new partitions must be assigned to broker {} only", b.node_id()))
+            } else {
+                None
+            }
         });
-        let result = if bad_assignment {
-            Err(ApiError::new(
-                ResponseError::InvalidReplicaAssignment,
-                format!("new partitions must be assigned to broker {} only", b.node_id()),
-            ))
+        let result = if let Some(why) = bad_assignment {
+            Err(ApiError::new(ResponseError::InvalidReplicaAssignment, why))
         } else {
             b.create_partitions(&name, t.count, req.validate_only)
         };

@@ -1,0 +1,323 @@
+//! A minimal Kafka admin client for the operator, on the kafka-protocol crate: the topic
+//! operations a Topic resource needs (Metadata, CreateTopics, CreatePartitions, DeleteTopics,
+//! DescribeConfigs, IncrementalAlterConfigs), one connection per reconcile, every call bounded
+//! by a timeout. It speaks to brokers exactly as any Kafka admin client does.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{
+    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest, MetadataRequest, RequestHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How long any one request may take, connect included.
+const TIMEOUT: Duration = Duration::from_secs(15);
+/// Kafka's TOPIC resource type in config APIs.
+const RESOURCE_TOPIC: i8 = 2;
+/// DescribeConfigs source of a config set on the topic itself.
+const SOURCE_TOPIC: i8 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    #[error("cannot reach {addr}: {source}")]
+    Connect { addr: String, source: std::io::Error },
+    #[error("{addr}: {source}")]
+    Io { addr: String, source: std::io::Error },
+    #[error("{addr}: no answer within {secs} s", secs = TIMEOUT.as_secs())]
+    Timeout { addr: String },
+    #[error("{addr}: malformed response: {reason}")]
+    Protocol { addr: String, reason: String },
+    /// The broker refused an operation with a Kafka error code.
+    #[error("{operation} {topic}: error {code}{}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Refused { operation: &'static str, topic: String, code: i16, message: Option<String> },
+}
+
+/// A topic as the cluster has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// Kafka's display form (URL-safe base64, as `kafka-topics.sh` prints it).
+    pub id: String,
+    pub partitions: i32,
+    pub replication_factor: i32,
+}
+
+/// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
+pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+/// Kafka's TOPIC_ALREADY_EXISTS.
+pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+
+/// `Ok` for error code 0 (or one of `ok`), else the broker's refusal.
+fn check(
+    operation: &'static str,
+    topic: &str,
+    code: i16,
+    message: Option<StrBytes>,
+    ok: &[i16],
+) -> Result<(), KafkaError> {
+    if code == 0 || ok.contains(&code) {
+        return Ok(());
+    }
+    Err(KafkaError::Refused { operation, topic: topic.into(), code, message: message.map(|m| m.to_string()) })
+}
+
+pub struct Admin {
+    addr: String,
+    stream: TcpStream,
+    correlation: i32,
+}
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn sb(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+/// Kafka prints topic ids as URL-safe base64 without padding.
+pub fn topic_id_string(id: &uuid::Uuid) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes = id.as_bytes();
+    let mut out = String::with_capacity(22);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+        }
+    }
+    out
+}
+
+impl Admin {
+    /// Connects to `addr` (`host:port`).
+    pub async fn connect(addr: &str) -> Result<Admin, KafkaError> {
+        let stream = tokio::time::timeout(TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| KafkaError::Timeout { addr: addr.into() })?
+            .map_err(|source| KafkaError::Connect { addr: addr.into(), source })?;
+        let _ = stream.set_nodelay(true);
+        Ok(Admin { addr: addr.into(), stream, correlation: 0 })
+    }
+
+    fn io(&self, source: std::io::Error) -> KafkaError {
+        KafkaError::Io { addr: self.addr.clone(), source }
+    }
+
+    fn protocol(&self, reason: impl std::fmt::Display) -> KafkaError {
+        KafkaError::Protocol { addr: self.addr.clone(), reason: reason.to_string() }
+    }
+
+    async fn send<R: Request>(&mut self, version: i16, req: &R) -> Result<R::Response, KafkaError> {
+        let key = ApiKey::try_from(R::KEY).map_err(|_| self.protocol("unknown api key"))?;
+        self.correlation += 1;
+        let mut header = RequestHeader::default();
+        header.request_api_key = R::KEY;
+        header.request_api_version = version;
+        header.correlation_id = self.correlation;
+        header.client_id = Some(StrBytes::from_static_str("oxbow-operator"));
+        let mut body = BytesMut::new();
+        header.encode(&mut body, key.request_header_version(version)).map_err(|e| self.protocol(e))?;
+        req.encode(&mut body, version).map_err(|e| self.protocol(e))?;
+        let mut frame = BytesMut::with_capacity(body.len() + 4);
+        frame.put_i32(body.len() as i32);
+        frame.extend_from_slice(&body);
+
+        let exchange = async {
+            self.stream.write_all(&frame).await?;
+            let size = self.stream.read_i32().await?;
+            let mut buf = vec![0u8; usize::try_from(size).unwrap_or(0)];
+            self.stream.read_exact(&mut buf).await?;
+            Ok::<_, std::io::Error>(Bytes::from(buf))
+        };
+        let mut body = tokio::time::timeout(TIMEOUT, exchange)
+            .await
+            .map_err(|_| KafkaError::Timeout { addr: self.addr.clone() })?
+            .map_err(|e| self.io(e))?;
+        if body.remaining() < 4 || body.get_i32() != self.correlation {
+            return Err(self.protocol("correlation id mismatch"));
+        }
+        if key.response_header_version(version) >= 1 {
+            // Tagged fields of the response header: none are defined; skip a count of 0.
+            if body.remaining() < 1 || body.get_u8() != 0 {
+                return Err(self.protocol("unexpected tagged fields in the response header"));
+            }
+        }
+        R::Response::decode(&mut body, version).map_err(|e| self.protocol(e))
+    }
+
+    /// The topic, or `None` if the cluster does not have it.
+    pub async fn describe_topic(&mut self, topic: &str) -> Result<Option<TopicInfo>, KafkaError> {
+        let mut t = MetadataRequestTopic::default();
+        t.name = Some(name(topic));
+        let mut req = MetadataRequest::default();
+        req.topics = Some(vec![t]);
+        req.allow_auto_topic_creation = false;
+        let resp = self.send(12, &req).await?;
+        let Some(t) = resp.topics.into_iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic)) else {
+            return Ok(None);
+        };
+        match t.error_code {
+            0 => {}
+            UNKNOWN_TOPIC_OR_PARTITION => return Ok(None),
+            code => {
+                return Err(KafkaError::Refused { operation: "describe", topic: topic.into(), code, message: None });
+            }
+        }
+        let rf = t.partitions.iter().map(|p| p.replica_nodes.len() as i32).max().unwrap_or(0);
+        Ok(Some(TopicInfo {
+            id: topic_id_string(&t.topic_id),
+            partitions: t.partitions.len() as i32,
+            replication_factor: rf,
+        }))
+    }
+
+    pub async fn create_topic(
+        &mut self,
+        topic: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(), KafkaError> {
+        let mut t = CreatableTopic::default();
+        t.name = name(topic);
+        t.num_partitions = partitions;
+        t.replication_factor = replication_factor;
+        t.configs = configs
+            .iter()
+            .map(|(k, v)| {
+                let mut c = CreatableTopicConfig::default();
+                c.name = sb(k);
+                c.value = Some(sb(v));
+                c
+            })
+            .collect();
+        let mut req = CreateTopicsRequest::default();
+        req.topics = vec![t];
+        req.timeout_ms = 10_000;
+        let resp = self.send(7, &req).await?;
+        for r in resp.topics {
+            check("create", topic, r.error_code, r.error_message, &[])?;
+        }
+        Ok(())
+    }
+
+    pub async fn create_partitions(&mut self, topic: &str, count: i32) -> Result<(), KafkaError> {
+        let mut t = CreatePartitionsTopic::default();
+        t.name = name(topic);
+        t.count = count;
+        // Null: the cluster places the new partitions (an empty list would mean zero placements).
+        t.assignments = None;
+        let mut req = CreatePartitionsRequest::default();
+        req.topics = vec![t];
+        req.timeout_ms = 10_000;
+        let resp = self.send(3, &req).await?;
+        for r in resp.results {
+            check("grow", topic, r.error_code, r.error_message, &[])?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the topic; a topic that does not exist counts as deleted.
+    pub async fn delete_topic(&mut self, topic: &str) -> Result<(), KafkaError> {
+        let mut t = DeleteTopicState::default();
+        t.name = Some(name(topic));
+        let mut req = DeleteTopicsRequest::default();
+        req.topics = vec![t];
+        req.timeout_ms = 10_000;
+        let resp = self.send(6, &req).await?;
+        for r in resp.responses {
+            check("delete", topic, r.error_code, r.error_message, &[UNKNOWN_TOPIC_OR_PARTITION])?;
+        }
+        Ok(())
+    }
+
+    /// The configs set on the topic itself (not broker defaults).
+    pub async fn topic_configs(&mut self, topic: &str) -> Result<BTreeMap<String, String>, KafkaError> {
+        let mut r = DescribeConfigsResource::default();
+        r.resource_type = RESOURCE_TOPIC;
+        r.resource_name = sb(topic);
+        r.configuration_keys = None;
+        let mut req = DescribeConfigsRequest::default();
+        req.resources = vec![r];
+        let resp = self.send(4, &req).await?;
+        let mut out = BTreeMap::new();
+        for res in resp.results {
+            check("describe configs of", topic, res.error_code, res.error_message, &[])?;
+            for c in res.configs {
+                if c.config_source == SOURCE_TOPIC {
+                    out.insert(c.name.to_string(), c.value.map(|v| v.to_string()).unwrap_or_default());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sets `set` and removes `delete` (back to the broker default) in one request.
+    pub async fn alter_topic_configs(
+        &mut self,
+        topic: &str,
+        set: &BTreeMap<String, String>,
+        delete: &[String],
+    ) -> Result<(), KafkaError> {
+        // IncrementalAlterConfigs operations: SET=0, DELETE=1.
+        let mut configs: Vec<AlterableConfig> = set
+            .iter()
+            .map(|(k, v)| {
+                let mut c = AlterableConfig::default();
+                c.name = sb(k);
+                c.config_operation = 0;
+                c.value = Some(sb(v));
+                c
+            })
+            .collect();
+        configs.extend(delete.iter().map(|k| {
+            let mut c = AlterableConfig::default();
+            c.name = sb(k);
+            c.config_operation = 1;
+            c.value = None;
+            c
+        }));
+        let mut r = AlterConfigsResource::default();
+        r.resource_type = RESOURCE_TOPIC;
+        r.resource_name = sb(topic);
+        r.configs = configs;
+        let mut req = IncrementalAlterConfigsRequest::default();
+        req.resources = vec![r];
+        let resp = self.send(1, &req).await?;
+        for r in resp.responses {
+            check("alter configs of", topic, r.error_code, r.error_message, &[])?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_ids_print_as_kafka_prints_them() {
+        // Kafka: Uuid.toString() is URL-safe base64 of the 16 bytes, no padding.
+        let id = uuid::Uuid::from_bytes([0; 16]);
+        assert_eq!(topic_id_string(&id), "AAAAAAAAAAAAAAAAAAAAAA");
+        let id = uuid::Uuid::from_bytes([0xff; 16]);
+        assert_eq!(topic_id_string(&id), "_____________________w");
+        let id = uuid::Uuid::from_bytes([
+            0xfb, 0xef, 0xbe, 0x00, 0x10, 0x83, 0x10, 0x51, 0x87, 0x20, 0x92, 0x8b, 0x30, 0xd3, 0x8f, 0x41,
+        ]);
+        assert_eq!(topic_id_string(&id), "----ABCDEFGHIJKLMNOPQQ");
+    }
+}

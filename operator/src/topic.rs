@@ -1,0 +1,204 @@
+//! The Topic controller: observe the topic through the Kafka admin protocol -> [`plan`] (pure)
+//! -> create / grow / alter configs -> status. A finalizer deletes the Kafka topic with the
+//! resource (annotation `oxbow.io/deletion-policy: delete`, the default) or leaves it
+//! (`retain`); it never blocks deletion once the Cluster is gone, so deleting a namespace never
+//! gets stuck on it.
+
+pub mod plan;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+
+use crate::Error;
+use crate::cluster::{Context, MANAGER, desired::KAFKA_PORT, desired::Names};
+use crate::conditions::condition;
+use crate::crd::{Cluster, DELETION_POLICY_ANNOTATION, Topic, TopicStatus};
+use crate::kafka::{Admin, KafkaError, TOPIC_ALREADY_EXISTS};
+use plan::{Observed, Plan, Step};
+
+/// Finalizer that lets the operator delete the Kafka topic before the resource goes.
+pub const FINALIZER: &str = "oxbow.io/topic";
+
+pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
+    let api = match &namespace {
+        Some(ns) => Api::<Topic>::namespaced(ctx.client.clone(), ns),
+        None => Api::<Topic>::all(ctx.client.clone()),
+    };
+    Controller::new(api, watcher::Config::default())
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => tracing::debug!(topic = %obj.name, "reconciled"),
+                Err(e) => tracing::warn!(error = %e, "topic reconcile failed"),
+            }
+        })
+        .await;
+}
+
+fn error_policy(topic: Arc<Topic>, err: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(topic = %topic.name_any(), error = %err, "topic reconcile error; retrying");
+    Action::requeue(Duration::from_secs(10))
+}
+
+async fn reconcile(topic: Arc<Topic>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = topic.namespace().ok_or(Error::MissingNamespace)?;
+    let api: Api<Topic> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&api, FINALIZER, topic, |event| async {
+        match event {
+            Finalizer::Apply(t) => apply(&t, &ctx, &ns).await,
+            Finalizer::Cleanup(t) => cleanup(&t, &ctx, &ns).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// `host:port` of the Cluster's bootstrap Service.
+fn bootstrap(cluster: &str, ns: &str, ctx: &Context) -> String {
+    format!("{}.{ns}.svc.{}:{KAFKA_PORT}", Names::of(cluster).bootstrap, ctx.settings.cluster_domain)
+}
+
+async fn write_status(client: &Client, ns: &str, topic: &Topic, status: TopicStatus) -> Result<(), Error> {
+    let api: Api<Topic> = Api::namespaced(client.clone(), ns);
+    let patch = serde_json::json!({
+        "apiVersion": Topic::api_version(&()),
+        "kind": Topic::kind(&()),
+        "status": status,
+    });
+    api.patch_status(&topic.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch)).await?;
+    Ok(())
+}
+
+fn status_with(topic: &Topic, ready: bool, reason: &str, message: String) -> TopicStatus {
+    let generation = topic.metadata.generation.unwrap_or_default();
+    let old = topic.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
+    let mut st = topic.status.clone().unwrap_or_default();
+    st.conditions = vec![condition(&old, "Ready", ready, reason, message, generation)];
+    st.observed_generation = Some(generation);
+    st.topic_name = Some(topic.kafka_name());
+    st
+}
+
+async fn event(ctx: &Context, topic: &Topic, reason: &str, note: String) {
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: reason.into(),
+        note: Some(note),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, &topic.object_ref(&())).await {
+        tracing::debug!(error = %e, "could not publish an event");
+    }
+}
+
+async fn observe(admin: &mut Admin, name: &str) -> Result<Option<(String, Observed)>, KafkaError> {
+    let Some(info) = admin.describe_topic(name).await? else { return Ok(None) };
+    let configs = admin.topic_configs(name).await?;
+    Ok(Some((info.id, Observed { partitions: info.partitions, replication_factor: info.replication_factor, configs })))
+}
+
+async fn apply(topic: &Topic, ctx: &Context, ns: &str) -> Result<Action, Error> {
+    let client = &ctx.client;
+    let name = topic.kafka_name();
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), ns);
+    if clusters.get_opt(&topic.spec.cluster).await?.is_none() {
+        let msg = format!("Cluster {} does not exist in namespace {ns}", topic.spec.cluster);
+        write_status(client, ns, topic, status_with(topic, false, "ClusterNotFound", msg)).await?;
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    let addr = bootstrap(&topic.spec.cluster, ns, ctx);
+    let result = async {
+        let mut admin = Admin::connect(&addr).await?;
+        let observed = observe(&mut admin, &name).await?;
+        let Plan { steps, refusals } = plan::plan(&topic.spec, observed.as_ref().map(|(_, o)| o));
+        for step in &steps {
+            match step {
+                Step::Create { partitions, replication_factor, configs } => {
+                    match admin.create_topic(&name, *partitions, *replication_factor, configs).await {
+                        // Created meanwhile (by a client or an earlier pass): adopt it next pass.
+                        Err(KafkaError::Refused { code: TOPIC_ALREADY_EXISTS, .. }) => {}
+                        other => other?,
+                    }
+                    event(ctx, topic, "Created", format!("created topic {name} with {partitions} partitions")).await;
+                }
+                Step::Grow { to } => {
+                    admin.create_partitions(&name, *to).await?;
+                    event(ctx, topic, "PartitionsAdded", format!("grew topic {name} to {to} partitions")).await;
+                }
+                Step::AlterConfigs { set, delete } => {
+                    admin.alter_topic_configs(&name, set, delete).await?;
+                    let keys: Vec<&str> =
+                        set.keys().map(String::as_str).chain(delete.iter().map(String::as_str)).collect();
+                    event(ctx, topic, "ConfigChanged", format!("changed {} of topic {name}", keys.join(", "))).await;
+                }
+            }
+        }
+        let now = if steps.is_empty() {
+            observed.map(|(id, o)| (id, o.partitions))
+        } else {
+            admin.describe_topic(&name).await?.map(|i| (i.id, i.partitions))
+        };
+        Ok::<_, KafkaError>((now, refusals))
+    }
+    .await;
+
+    match result {
+        Ok((now, refusals)) => {
+            let mut st = match refusals.first() {
+                Some(r) => {
+                    let msg = refusals.iter().map(|r| r.message.as_str()).collect::<Vec<_>>().join("; ");
+                    status_with(topic, false, r.reason, msg)
+                }
+                None => status_with(topic, true, "Ready", format!("topic {name} matches the spec")),
+            };
+            if let Some((id, partitions)) = now {
+                st.topic_id = Some(id);
+                st.partitions = Some(partitions);
+            }
+            write_status(client, ns, topic, st).await?;
+            Ok(Action::requeue(Duration::from_secs(60)))
+        }
+        Err(e) => {
+            let reason = match e {
+                KafkaError::Refused { .. } => "KafkaRefused",
+                _ => "ClusterUnreachable",
+            };
+            write_status(client, ns, topic, status_with(topic, false, reason, e.to_string())).await?;
+            Ok(Action::requeue(Duration::from_secs(10)))
+        }
+    }
+}
+
+async fn cleanup(topic: &Topic, ctx: &Context, ns: &str) -> Result<Action, Error> {
+    let name = topic.kafka_name();
+    let policy = topic.annotations().get(DELETION_POLICY_ANNOTATION).map(String::as_str).unwrap_or("delete");
+    if policy != "delete" {
+        if policy != "retain" {
+            tracing::warn!(topic = %name, policy, "unknown deletion policy; keeping the Kafka topic");
+        }
+        return Ok(Action::await_change());
+    }
+    let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), ns);
+    match clusters.get_opt(&topic.spec.cluster).await? {
+        // The cluster is gone or going: its topics go with it, and nothing may block on it.
+        None => return Ok(Action::await_change()),
+        Some(c) if c.metadata.deletion_timestamp.is_some() => return Ok(Action::await_change()),
+        Some(_) => {}
+    }
+    let addr = bootstrap(&topic.spec.cluster, ns, ctx);
+    let mut admin = Admin::connect(&addr).await.map_err(Error::Kafka)?;
+    admin.delete_topic(&name).await.map_err(Error::Kafka)?;
+    tracing::info!(topic = %name, "deleted Kafka topic with its Topic resource");
+    Ok(Action::await_change())
+}
