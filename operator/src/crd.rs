@@ -167,17 +167,22 @@ impl Default for StorageSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct PodOverrides {
+    /// Affinity of broker pods (for example anti-affinity across nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
+    /// Tolerations of broker pods.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
+    /// Node labels broker pods must run on.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
+    /// PriorityClass of broker pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
     /// Extra pod labels (the operator's own labels win on conflict).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Extra pod annotations.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
 }
@@ -185,13 +190,16 @@ pub struct PodOverrides {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterStatus {
+    /// `Ready`, `Reconciling`, `Restarting`, `Degraded`, each with a reason and a message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Broker pods that exist (the scale subresource's status replicas).
     #[serde(default)]
     pub replicas: i32,
+    /// Broker pods whose readiness probe passes.
     #[serde(default)]
     pub ready_brokers: i32,
     /// Label selector of the broker pods (for the scale subresource and autoscalers).
@@ -200,8 +208,10 @@ pub struct ClusterStatus {
     /// `host:port,...` a client inside the cluster bootstraps from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap_servers: Option<String>,
+    /// One entry per broker.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub brokers: Vec<BrokerStatus>,
+    /// The metadata quorum (once it exists).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quorum: Option<QuorumStatus>,
 }
@@ -209,9 +219,10 @@ pub struct ClusterStatus {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BrokerStatus {
+    /// The broker's node.id (the pod's ordinal).
     pub id: i32,
     pub pod: String,
-    /// `Running`, `Pending`, `Restarting`, `Failed` or `Missing`.
+    /// `Running`, `NotReady`, `Restarting` (terminating) or `Missing` (no pod yet).
     pub state: String,
     pub ready: bool,
     /// Whether the pod runs the current pod template and configuration.
@@ -221,8 +232,10 @@ pub struct BrokerStatus {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct QuorumStatus {
+    /// node.id of the active controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<i32>,
+    /// node.ids of the voting controllers.
     #[serde(default)]
     pub voters: Vec<i32>,
 }
@@ -264,6 +277,7 @@ pub struct TopicSpec {
     /// Partition count. It can grow; a decrease is refused (Kafka cannot remove partitions).
     #[schemars(range(min = 1))]
     pub partitions: i32,
+    /// Replicas of each partition. Cannot be changed yet (needs partition reassignment).
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 32767))]
     pub replication_factor: i32,
@@ -279,14 +293,20 @@ fn one() -> i32 {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct TopicStatus {
+    /// `Ready`, with the reason when it is not (ClusterNotFound, ClusterUnreachable,
+    /// KafkaRefused, PartitionDecreaseRefused, ReplicationFactorChangeUnsupported).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Kafka's topic id, as `kafka-topics.sh --describe` prints it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic_id: Option<String>,
+    /// The Kafka topic name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic_name: Option<String>,
+    /// Partitions the topic has now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions: Option<i32>,
 }
