@@ -5,6 +5,7 @@ pub mod desired;
 pub mod restart;
 pub mod status;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,11 +24,33 @@ use serde::de::DeserializeOwned;
 
 use crate::Error;
 use crate::crd::Cluster;
+use crate::kafka::Admin;
 use desired::{Desired, Names, Settings};
 use restart::Decision;
 
 /// The field manager of every write the operator makes.
 pub const MANAGER: &str = "oxbow-operator";
+
+/// `host:port` of a Cluster's bootstrap Service, as the operator (in the cluster) reaches it.
+pub fn bootstrap_address(cluster: &str, ns: &str, settings: &Settings) -> String {
+    format!("{}.{ns}.svc.{}:{}", Names::of(cluster).bootstrap, settings.cluster_domain, desired::KAFKA_PORT)
+}
+
+/// Brings the cluster-wide dynamic broker configs to the dynamic part of `spec.config`;
+/// returns the keys it changed.
+async fn sync_dynamic_configs(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Vec<String>, Error> {
+    let want = desired::dynamic_config(cluster);
+    let mut admin = Admin::connect(&bootstrap_address(&cluster.name_any(), ns, &ctx.settings)).await?;
+    let have: BTreeMap<String, String> = admin.broker_configs("").await?.into_iter().map(|(k, v, _)| (k, v)).collect();
+    let set: BTreeMap<String, String> =
+        want.iter().filter(|(k, v)| have.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let delete: Vec<String> = have.keys().filter(|k| !want.contains_key(*k)).cloned().collect();
+    if set.is_empty() && delete.is_empty() {
+        return Ok(Vec::new());
+    }
+    admin.alter_broker_defaults(&set, &delete).await?;
+    Ok(set.into_keys().chain(delete).collect())
+}
 
 pub struct Context {
     pub client: Client,
@@ -126,8 +149,32 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, E
             .await;
     }
 
+    // Dynamic configs go to running brokers, once no restart is pending.
+    let mut config_note = None;
+    if decision == Decision::Done {
+        match sync_dynamic_configs(&cluster, &ns, &ctx).await {
+            Ok(changed) if !changed.is_empty() => {
+                tracing::info!(cluster = %name, keys = ?changed, "applied dynamic broker configs");
+                let _ = recorder
+                    .publish(
+                        &Event {
+                            type_: EventType::Normal,
+                            reason: "ConfigChangedDynamically".into(),
+                            note: Some(format!("applied {} to the running brokers, no restart", changed.join(", "))),
+                            action: "Configure".into(),
+                            secondary: None,
+                        },
+                        &cluster.object_ref(&()),
+                    )
+                    .await;
+            }
+            Ok(_) => {}
+            Err(e) => config_note = Some(format!("dynamic broker configs not applied yet: {e}")),
+        }
+    }
+
     let names = Names::of(&name);
-    let new_status = status::status(&cluster, &observed, &decision, &names, &ctx.settings);
+    let new_status = status::status(&cluster, &observed, &decision, config_note.as_deref(), &names, &ctx.settings);
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
     let patch = serde_json::json!({
         "apiVersion": Cluster::api_version(&()),
@@ -137,7 +184,8 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, E
     clusters.patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch)).await?;
 
     Ok(match decision {
-        Decision::Done => Action::requeue(Duration::from_secs(60)),
+        Decision::Done if config_note.is_none() => Action::requeue(Duration::from_secs(60)),
+        Decision::Done => Action::requeue(Duration::from_secs(10)),
         _ => Action::requeue(Duration::from_secs(3)),
     })
 }

@@ -43,7 +43,10 @@ const K8S_TYPES: &[(&str, &str)] = &[
     ("spec.resources", "Kubernetes ResourceRequirements"),
     ("spec.template.affinity", "Kubernetes Affinity"),
     ("spec.template.tolerations", "list of Kubernetes Toleration"),
-    ("status.conditions", "list of Kubernetes Condition (type, status, reason, message, lastTransitionTime, observedGeneration)"),
+    (
+        "status.conditions",
+        "list of Kubernetes Condition (type, status, reason, message, lastTransitionTime, observedGeneration)",
+    ),
 ];
 
 /// The CRD reference in Markdown, generated from the same schemas the API server enforces.
@@ -137,7 +140,9 @@ fn walk(md: &mut String, path: &str, s: &JSONSchemaProps, required: bool) {
         return;
     }
     let child = match &s.items {
-        Some(JSONSchemaPropsOrArray::Schema(i)) if s.type_.as_deref() == Some("array") => Some((format!("{path}[]"), &**i)),
+        Some(JSONSchemaPropsOrArray::Schema(i)) if s.type_.as_deref() == Some("array") => {
+            Some((format!("{path}[]"), &**i))
+        }
         _ => None,
     };
     if let Some((p, i)) = child {

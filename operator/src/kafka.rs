@@ -25,6 +25,8 @@ use tokio::net::TcpStream;
 const TIMEOUT: Duration = Duration::from_secs(15);
 /// Kafka's TOPIC resource type in config APIs.
 const RESOURCE_TOPIC: i8 = 2;
+/// Kafka's BROKER resource type in config APIs.
+const RESOURCE_BROKER: i8 = 4;
 /// DescribeConfigs source of a config set on the topic itself.
 const SOURCE_TOPIC: i8 = 1;
 
@@ -265,9 +267,48 @@ impl Admin {
         Ok(out)
     }
 
+    /// Configs of a BROKER resource: `""` is the cluster-wide default (its dynamic configs only),
+    /// a node id the broker's every key. Returns (name, value, read-only) triples.
+    pub async fn broker_configs(&mut self, resource: &str) -> Result<Vec<(String, String, bool)>, KafkaError> {
+        let mut r = DescribeConfigsResource::default();
+        r.resource_type = RESOURCE_BROKER;
+        r.resource_name = sb(resource);
+        r.configuration_keys = None;
+        let mut req = DescribeConfigsRequest::default();
+        req.resources = vec![r];
+        let resp = self.send(4, &req).await?;
+        let mut out = Vec::new();
+        for res in resp.results {
+            check("describe configs of broker", resource, res.error_code, res.error_message, &[])?;
+            for c in res.configs {
+                out.push((c.name.to_string(), c.value.map(|v| v.to_string()).unwrap_or_default(), c.read_only));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sets `set` and removes `delete` of the cluster-wide dynamic broker configs.
+    pub async fn alter_broker_defaults(
+        &mut self,
+        set: &BTreeMap<String, String>,
+        delete: &[String],
+    ) -> Result<(), KafkaError> {
+        self.alter_configs(RESOURCE_BROKER, "", set, delete).await
+    }
+
     /// Sets `set` and removes `delete` (back to the broker default) in one request.
     pub async fn alter_topic_configs(
         &mut self,
+        topic: &str,
+        set: &BTreeMap<String, String>,
+        delete: &[String],
+    ) -> Result<(), KafkaError> {
+        self.alter_configs(RESOURCE_TOPIC, topic, set, delete).await
+    }
+
+    async fn alter_configs(
+        &mut self,
+        resource_type: i8,
         topic: &str,
         set: &BTreeMap<String, String>,
         delete: &[String],
@@ -291,7 +332,7 @@ impl Admin {
             c
         }));
         let mut r = AlterConfigsResource::default();
-        r.resource_type = RESOURCE_TOPIC;
+        r.resource_type = resource_type;
         r.resource_name = sb(topic);
         r.configs = configs;
         let mut req = IncrementalAlterConfigsRequest::default();

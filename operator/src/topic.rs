@@ -18,7 +18,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 
 use crate::Error;
-use crate::cluster::{Context, MANAGER, desired::KAFKA_PORT, desired::Names};
+use crate::cluster::{Context, MANAGER, bootstrap_address};
 use crate::conditions::condition;
 use crate::crd::{Cluster, DELETION_POLICY_ANNOTATION, Topic, TopicStatus};
 use crate::kafka::{Admin, KafkaError, TOPIC_ALREADY_EXISTS};
@@ -60,11 +60,6 @@ async fn reconcile(topic: Arc<Topic>, ctx: Arc<Context>) -> Result<Action, Error
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)))
-}
-
-/// `host:port` of the Cluster's bootstrap Service.
-fn bootstrap(cluster: &str, ns: &str, ctx: &Context) -> String {
-    format!("{}.{ns}.svc.{}:{KAFKA_PORT}", Names::of(cluster).bootstrap, ctx.settings.cluster_domain)
 }
 
 async fn write_status(client: &Client, ns: &str, topic: &Topic, status: TopicStatus) -> Result<(), Error> {
@@ -117,7 +112,7 @@ async fn apply(topic: &Topic, ctx: &Context, ns: &str) -> Result<Action, Error> 
         write_status(client, ns, topic, status_with(topic, false, "ClusterNotFound", msg)).await?;
         return Ok(Action::requeue(Duration::from_secs(30)));
     }
-    let addr = bootstrap(&topic.spec.cluster, ns, ctx);
+    let addr = bootstrap_address(&topic.spec.cluster, ns, &ctx.settings);
     let result = async {
         let mut admin = Admin::connect(&addr).await?;
         let observed = observe(&mut admin, &name).await?;
@@ -196,7 +191,7 @@ async fn cleanup(topic: &Topic, ctx: &Context, ns: &str) -> Result<Action, Error
         Some(c) if c.metadata.deletion_timestamp.is_some() => return Ok(Action::await_change()),
         Some(_) => {}
     }
-    let addr = bootstrap(&topic.spec.cluster, ns, ctx);
+    let addr = bootstrap_address(&topic.spec.cluster, ns, &ctx.settings);
     let mut admin = Admin::connect(&addr).await.map_err(Error::Kafka)?;
     admin.delete_topic(&name).await.map_err(Error::Kafka)?;
     tracing::info!(topic = %name, "deleted Kafka topic with its Topic resource");

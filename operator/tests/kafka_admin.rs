@@ -87,3 +87,29 @@ async fn topic_lifecycle_through_the_admin_client() {
     // Deleting what is not there succeeds: the finalizer may run twice.
     admin.delete_topic("orders").await.unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[tokio::test]
+async fn dynamic_broker_configs_and_the_operators_list_of_dynamic_keys() {
+    let b = start().await;
+    let mut admin = Admin::connect(&b.addr).await.unwrap_or_else(|e| panic!("{e}"));
+    // The operator restarts brokers for every key it does not know to be dynamic: its list
+    // must be exactly what the broker can change at runtime.
+    let node = admin.broker_configs("1").await.unwrap_or_else(|e| panic!("{e}"));
+    let mut updatable: Vec<&str> = node.iter().filter(|(_, _, ro)| !ro).map(|(k, _, _)| k.as_str()).collect();
+    updatable.sort_unstable();
+    let mut ours = oxbow_operator::cluster::desired::DYNAMIC_BROKER_KEYS.to_vec();
+    ours.sort_unstable();
+    assert_eq!(updatable, ours);
+
+    assert_eq!(admin.broker_configs("").await.ok().map(|v| v.len()), Some(0));
+    admin.alter_broker_defaults(&map(&[("log.retention.ms", "1234")]), &[]).await.unwrap_or_else(|e| panic!("{e}"));
+    let defaults = admin.broker_configs("").await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(defaults, vec![("log.retention.ms".to_string(), "1234".to_string(), false)]);
+    admin
+        .alter_broker_defaults(&BTreeMap::new(), &["log.retention.ms".to_string()])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(admin.broker_configs("").await.ok().map(|v| v.len()), Some(0));
+    let err = admin.alter_broker_defaults(&map(&[("num.partitions", "3")]), &[]).await.err().map(|e| e.to_string());
+    assert!(err.as_deref().is_some_and(|e| e.contains("Cannot update these configs dynamically")), "{err:?}");
+}

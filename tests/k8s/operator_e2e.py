@@ -8,8 +8,9 @@ the images tests/k8s/load-images built.
   - a Cluster of 1 broker becomes Ready; kcat (a real client, inside the cluster) reads its
     metadata through the bootstrap Service and the broker's stable DNS name, writes and reads
     records;
-  - a config change restarts the broker exactly once (new pod, Ready again, config applied,
-    clean shutdown, records intact), with an Event saying why;
+  - a static config change restarts the broker exactly once (new pod, Ready again, config
+    applied, clean shutdown, records intact), with an Event saying why; a dynamic one
+    (log.retention.ms) is applied to the running broker, seen by kafka-topics, with no restart;
   - Topics, checked with Kafka's own kafka-topics (TopicCommand): created with configs, grown,
     configs changed and removed, a shrink refused with a readable condition, an existing topic
     adopted, a missing Cluster reported, deletion policies `delete` and `retain`;
@@ -186,9 +187,9 @@ def main():
     if got != records:
         fail(f"read back {len(got.splitlines())} records, want 50")
 
-    step("a config change restarts the broker once and applies the config")
+    step("a static config change restarts the broker once and applies the config")
     pod_before = kjson("get", "pod", "-n", NS, "events-broker-0")["metadata"]["uid"]
-    kubectl("apply", "-f", "-", input=cluster_yaml({"log.retention.ms": "3600000"}))
+    kubectl("apply", "-f", "-", input=cluster_yaml({"num.partitions": "3"}))
     c = wait("Cluster events Ready after the restart", cluster_ready("events"), 240)
     pod = kjson("get", "pod", "-n", NS, "events-broker-0")
     if pod["metadata"]["uid"] == pod_before:
@@ -197,7 +198,7 @@ def main():
     if len(restarts) != 1 or "events-broker-0" not in (restarts[0].get("note") or restarts[0].get("message", "")):
         fail(f"RestartingBroker events: {restarts}")
     cfg = kjson("get", "configmap", "-n", NS, "events-config")["data"]["server.properties"]
-    if "log.retention.ms=3600000\n" not in cfg:
+    if "num.partitions=3\n" not in cfg:
         fail(f"server.properties: {cfg}")
     logs = kubectl("logs", "-n", NS, "events-broker-0")
     loaded = [line for line in logs.splitlines() if "storage loaded" in line]
@@ -206,9 +207,29 @@ def main():
     got = kcat("-C", "-t", "e2e", "-p", "0", "-o", "beginning", "-e", "-q")
     if got != records:
         fail(f"after the restart read {len(got.splitlines())} records, want 50")
+    kcat("-P", "-t", "auto3", input="x\n")  # auto-created with the new num.partitions
+    parts = {t["topic"]: len(t["partitions"]) for t in json.loads(kcat("-L", "-J"))["topics"]}
+    if parts.get("auto3") != 3:
+        fail(f"auto-created topic partitions after num.partitions=3: {parts}")
     time.sleep(5)  # a second, wrong restart would show within a reconcile or two
     if kjson("get", "pod", "-n", NS, "events-broker-0")["metadata"]["uid"] != pod["metadata"]["uid"]:
         fail("the broker restarted a second time")
+
+    step("a dynamic config change applies to the running broker without a restart")
+    broker_uid = pod["metadata"]["uid"]
+    kubectl("apply", "-f", "-", input=cluster_yaml({"num.partitions": "3", "log.retention.ms": "3600000"}))
+    wait("the ConfigChangedDynamically event", lambda: [
+        e for e in kjson("get", "events", "-n", NS)["items"] if e.get("reason") == "ConfigChangedDynamically"
+    ], 60)
+    c = wait("Cluster events Ready", cluster_ready("events"), 60)
+    # kafka-topics shows the topic's effective non-default configs: the new broker default.
+    if describe("e2e")[3].get("retention.ms") != "3600000":
+        fail(f"topic e2e after the dynamic change: {describe('e2e')}")
+    time.sleep(5)
+    if kjson("get", "pod", "-n", NS, "events-broker-0")["metadata"]["uid"] != broker_uid:
+        fail("a dynamic config change restarted the broker")
+    if condition(c, "Reconciling").get("status") != "False":
+        fail(f"Reconciling after the dynamic change: {condition(c, 'Reconciling')}")
 
     step("a Topic is created through the Kafka admin protocol, as kafka-topics shows")
     kubectl("apply", "-f", "-", input=topic_yaml("orders", 2, {"retention.ms": "7200000"}))
@@ -255,7 +276,6 @@ def main():
         fail(f"after deleting the Topics, kafka-topics --list shows {listed}")
 
     step("helm upgrade restarts the operator and no broker")
-    broker_uid = pod["metadata"]["uid"]
     op_before = {p["metadata"]["uid"] for p in kjson("get", "pods", "-n", OP_NS)["items"]}
     run("helm", "upgrade", "oxbow", CHART, "-n", OP_NS, *HELM_SET, "--set", "logLevel=debug", "--wait",
         "--timeout", "180s")

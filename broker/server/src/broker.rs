@@ -59,12 +59,26 @@ struct Topics {
 }
 
 pub struct Broker {
+    /// The static configuration (file and command line).
     pub config: BrokerConfig,
+    /// The static configuration with the cluster-wide dynamic broker configs over it: what
+    /// topic configs default to.
+    topic_defaults: RwLock<Arc<BrokerConfig>>,
     pub cluster_id: String,
     /// The listener clients are told about (with the real port if `listeners` said 0).
     advertised: RwLock<Listener>,
     store: Mutex<MetadataStore>,
     topics: RwLock<Topics>,
+}
+
+/// `config` with `dynamic` broker keys over its explicit settings.
+fn with_dynamic(config: &BrokerConfig, dynamic: &BTreeMap<String, String>) -> Result<BrokerConfig, crate::ConfigError> {
+    if dynamic.is_empty() {
+        return Ok(config.clone());
+    }
+    let mut explicit = config.explicit.clone();
+    explicit.extend(dynamic.iter().map(|(k, v)| (k.clone(), v.clone())));
+    BrokerConfig::from_map(explicit)
 }
 
 /// Kafka's topic name rules.
@@ -131,8 +145,16 @@ impl Broker {
             }
         }
         let advertised = config.advertised_listeners[0].clone();
+        let topic_defaults = match with_dynamic(&config, store.broker_configs()) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "stored dynamic broker configs are invalid; ignoring them");
+                config.clone()
+            }
+        };
         let broker = Self {
             config,
+            topic_defaults: RwLock::new(Arc::new(topic_defaults)),
             cluster_id,
             advertised: RwLock::new(advertised),
             store: Mutex::new(store),
@@ -143,7 +165,7 @@ impl Broker {
         let mut counts = vec![0usize; dirs.len()];
         let mut recovered = 0usize;
         for meta in metas {
-            let log_config = topic_config::resolve(&broker.config, &meta.configs);
+            let log_config = topic_config::resolve(&broker.topic_defaults(), &meta.configs);
             let name: Arc<str> = Arc::from(meta.name.as_str());
             let mut parts = Vec::new();
             for p in 0..meta.partitions {
@@ -287,7 +309,7 @@ impl Broker {
         let mut store = self.store.lock();
         self.check_new_topic(name, partitions, 1, &configs)?;
         let meta = TopicMeta { name: name.to_string(), id: Uuid::new_v4(), partitions, configs, leader_epoch: 0 };
-        let log_config = topic_config::resolve(&self.config, &meta.configs);
+        let log_config = topic_config::resolve(&self.topic_defaults(), &meta.configs);
         let parts = self.open_new_partitions(&meta, 0, &log_config)?;
         store.put_topic(meta.clone()).map_err(|e| ApiError::new(ResponseError::KafkaStorageError, e.to_string()))?;
         let topic = Arc::new(Topic { meta: meta.clone(), partitions: parts, log_config });
@@ -404,12 +426,52 @@ impl Broker {
         let mut meta = topic.meta.clone();
         meta.configs = configs;
         store.put_topic(meta.clone()).map_err(|e| ApiError::new(ResponseError::KafkaStorageError, e.to_string()))?;
-        let log_config = topic_config::resolve(&self.config, &meta.configs);
+        let log_config = topic_config::resolve(&self.topic_defaults(), &meta.configs);
         for p in &topic.partitions {
             p.set_config(log_config.clone());
         }
         let updated = Arc::new(Topic { meta, partitions: topic.partitions.clone(), log_config });
         self.topics.write().by_name.insert(name.to_string(), updated);
+        Ok(())
+    }
+
+    /// What topic configs default to: the static config with the dynamic broker configs over it.
+    pub fn topic_defaults(&self) -> Arc<BrokerConfig> {
+        self.topic_defaults.read().clone()
+    }
+
+    /// The cluster-wide dynamic broker configs.
+    pub fn dynamic_broker_configs(&self) -> BTreeMap<String, String> {
+        self.store.lock().broker_configs().clone()
+    }
+
+    /// Replaces the cluster-wide dynamic broker configs (every key must be
+    /// [`topic_config::is_dynamic_broker_key`]) and applies them to every topic that does not
+    /// override them. Durable on return.
+    pub fn set_dynamic_broker_configs(
+        &self,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<(), ApiError> {
+        let invalid = |e: crate::ConfigError| ApiError::new(ResponseError::InvalidConfig, e.to_string());
+        let defaults = Arc::new(with_dynamic(&self.config, &configs).map_err(invalid)?);
+        if validate_only {
+            return Ok(());
+        }
+        let mut store = self.store.lock();
+        store
+            .put_broker_configs(configs)
+            .map_err(|e| ApiError::new(ResponseError::KafkaStorageError, e.to_string()))?;
+        *self.topic_defaults.write() = defaults.clone();
+        let mut topics = self.topics.write();
+        for topic in topics.by_name.values_mut() {
+            let log_config = topic_config::resolve(&defaults, &topic.meta.configs);
+            for p in &topic.partitions {
+                p.set_config(log_config.clone());
+            }
+            *topic = Arc::new(Topic { meta: topic.meta.clone(), partitions: topic.partitions.clone(), log_config });
+        }
+        tracing::info!(configs = ?store.broker_configs(), "dynamic broker configs changed");
         Ok(())
     }
 

@@ -41,6 +41,9 @@ pub struct TopicMeta {
 struct TopicsFile {
     version: u32,
     topics: Vec<TopicMeta>,
+    /// Cluster-wide dynamic broker configs (IncrementalAlterConfigs on the BROKER resource "").
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    broker_configs: BTreeMap<String, String>,
 }
 
 /// Producer ids are handed out from blocks; the end of the current block is persisted before
@@ -51,6 +54,7 @@ pub struct MetadataStore {
     dir: PathBuf,
     pub cluster_id: String,
     topics: BTreeMap<String, TopicMeta>,
+    broker_configs: BTreeMap<String, String>,
     next_producer_id: i64,
     producer_id_block_end: i64,
 }
@@ -113,13 +117,13 @@ impl MetadataStore {
         let dir = first_log_dir.join("__oxbow_meta");
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let topics_path = dir.join("topics.json");
-        let topics = match std::fs::read(&topics_path) {
+        let (topics, broker_configs) = match std::fs::read(&topics_path) {
             Ok(bytes) => {
                 let f: TopicsFile = serde_json::from_slice(&bytes)
                     .map_err(|e| MetaError::Corrupt { path: topics_path.clone(), reason: e.to_string() })?;
-                f.topics.into_iter().map(|t| (t.name.clone(), t)).collect()
+                (f.topics.into_iter().map(|t| (t.name.clone(), t)).collect(), f.broker_configs)
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (BTreeMap::new(), BTreeMap::new()),
             Err(e) => return Err(MetaError::Io { path: topics_path, source: e }),
         };
         let pid_path = dir.join("producer-id-block");
@@ -131,7 +135,8 @@ impl MetadataStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => return Err(MetaError::Io { path: pid_path, source: e }),
         };
-        let mut store = Self { dir, cluster_id, topics, next_producer_id: next, producer_id_block_end: next };
+        let mut store =
+            Self { dir, cluster_id, topics, broker_configs, next_producer_id: next, producer_id_block_end: next };
         store.allocate_block()?;
         Ok(store)
     }
@@ -165,7 +170,11 @@ impl MetadataStore {
     }
 
     fn persist(&self) -> Result<(), MetaError> {
-        let f = TopicsFile { version: 1, topics: self.topics.values().cloned().collect() };
+        let f = TopicsFile {
+            version: 1,
+            topics: self.topics.values().cloned().collect(),
+            broker_configs: self.broker_configs.clone(),
+        };
         let p = self.dir.join("topics.json");
         let bytes =
             serde_json::to_vec_pretty(&f).map_err(|e| MetaError::Corrupt { path: p.clone(), reason: e.to_string() })?;
@@ -173,6 +182,17 @@ impl MetadataStore {
     }
 
     /// Adds or replaces a topic, durably.
+    /// The cluster-wide dynamic broker configs.
+    pub fn broker_configs(&self) -> &BTreeMap<String, String> {
+        &self.broker_configs
+    }
+
+    /// Replaces the cluster-wide dynamic broker configs; durable on return.
+    pub fn put_broker_configs(&mut self, configs: BTreeMap<String, String>) -> Result<(), MetaError> {
+        let old = std::mem::replace(&mut self.broker_configs, configs);
+        self.persist().inspect_err(|_| self.broker_configs = old.clone())
+    }
+
     pub fn put_topic(&mut self, t: TopicMeta) -> Result<(), MetaError> {
         let old = self.topics.insert(t.name.clone(), t.clone());
         if let Err(e) = self.persist() {

@@ -10,6 +10,7 @@ use crate::config::{BrokerConfig, Kind};
 /// DescribeConfigs config sources (Kafka's `ConfigSource`).
 pub mod source {
     pub const DYNAMIC_TOPIC_CONFIG: i8 = 1;
+    pub const DYNAMIC_DEFAULT_BROKER_CONFIG: i8 = 3;
     pub const STATIC_BROKER_CONFIG: i8 = 4;
     pub const DEFAULT_CONFIG: i8 = 5;
 }
@@ -200,6 +201,12 @@ pub fn broker_synonyms(topic_key: &str) -> &'static [&'static str] {
         "segment.jitter.ms" => &["log.roll.jitter.ms"],
         _ => &[],
     }
+}
+
+/// Broker keys that can change at runtime (IncrementalAlterConfigs on the cluster-wide BROKER
+/// resource): the defaults of topic configs. Everything else needs a restart.
+pub fn is_dynamic_broker_key(key: &str) -> bool {
+    crate::config::key_def(key).is_some() && TOPIC_KEYS.iter().any(|t| broker_synonyms(t.name).contains(&key))
 }
 
 /// Why a topic config was refused (maps to INVALID_CONFIG).

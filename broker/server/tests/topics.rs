@@ -1,5 +1,5 @@
 //! Topic-level behaviour through the wire protocol: recompression, LogAppendTime, timestamp
-//! bounds, long-poll fetches, DeleteRecords surviving a restart.
+//! bounds, long-poll fetches, DeleteRecords surviving a restart, dynamic broker defaults.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
@@ -147,6 +147,93 @@ async fn delete_records_survives_restart() -> anyhow::Result<()> {
     assert_eq!(resp.responses[0].partitions[0].log_start_offset, 25);
     let recs = RecordBatchDecoder::decode(&mut fetch(&mut c, "dr", 25).await?)?.records;
     assert_eq!(recs.first().map(|r| r.offset), Some(20), "the batch containing offset 25 is returned whole");
+    b.stop().await?;
+    Ok(())
+}
+
+/// IncrementalAlterConfigs on one resource; returns (error code, message).
+async fn inc_alter(
+    c: &mut Client,
+    resource_type: i8,
+    name: &str,
+    ops: &[(&str, i8, Option<&str>)],
+) -> anyhow::Result<(i16, String)> {
+    use incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    let mut r = AlterConfigsResource::default();
+    r.resource_type = resource_type;
+    r.resource_name = kafka_protocol::protocol::StrBytes::from_string(name.into());
+    r.configs = ops
+        .iter()
+        .map(|(k, op, v)| {
+            let mut a = AlterableConfig::default();
+            a.name = kafka_protocol::protocol::StrBytes::from_string(k.to_string());
+            a.config_operation = *op;
+            a.value = v.map(|v| kafka_protocol::protocol::StrBytes::from_string(v.into()));
+            a
+        })
+        .collect();
+    let mut req = IncrementalAlterConfigsRequest::default();
+    req.resources = vec![r];
+    let resp = c.send(1, &req).await?;
+    let r = &resp.responses[0];
+    Ok((r.error_code, r.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default()))
+}
+
+/// (value, source, read_only) of one key of a config resource.
+async fn describe_key(
+    c: &mut Client,
+    resource_type: i8,
+    name: &str,
+    key: &str,
+) -> anyhow::Result<Option<(String, i8, bool)>> {
+    let mut r = describe_configs_request::DescribeConfigsResource::default();
+    r.resource_type = resource_type;
+    r.resource_name = kafka_protocol::protocol::StrBytes::from_string(name.into());
+    r.configuration_keys = None;
+    let mut req = DescribeConfigsRequest::default();
+    req.resources = vec![r];
+    let resp = c.send(4, &req).await?;
+    let res = &resp.results[0];
+    anyhow::ensure!(res.error_code == 0, "describe {name}: error {}", res.error_code);
+    Ok(res
+        .configs
+        .iter()
+        .find(|e| e.name.as_str() == key)
+        .map(|e| (e.value.as_ref().map(|v| v.to_string()).unwrap_or_default(), e.config_source, e.read_only)))
+}
+
+#[tokio::test]
+async fn dynamic_broker_defaults_apply_to_topics_at_once_and_survive_restart() -> anyhow::Result<()> {
+    const TOPIC: i8 = 2;
+    const BROKER: i8 = 4;
+    let b = TestBroker::start(&[]).await?;
+    let mut c = b.client().await?;
+    create(&mut c, "dyn", &[]).await?;
+    create(&mut c, "own", &[("retention.ms", "5000")]).await?;
+    assert_eq!(describe_key(&mut c, TOPIC, "dyn", "retention.ms").await?.map(|v| v.0), Some("604800000".into()));
+    // A node's view says which keys are dynamic.
+    assert_eq!(describe_key(&mut c, BROKER, "1", "log.retention.ms").await?.map(|v| v.2), Some(false));
+    assert_eq!(describe_key(&mut c, BROKER, "1", "listeners").await?.map(|v| v.2), Some(true));
+
+    assert_eq!(inc_alter(&mut c, BROKER, "", &[("log.retention.ms", 0, Some("1234"))]).await?.0, 0);
+    assert_eq!(describe_key(&mut c, TOPIC, "dyn", "retention.ms").await?.map(|v| v.0), Some("1234".into()));
+    assert_eq!(describe_key(&mut c, TOPIC, "own", "retention.ms").await?.map(|v| v.0), Some("5000".into()));
+    assert_eq!(describe_key(&mut c, BROKER, "", "log.retention.ms").await?, Some(("1234".into(), 3, false)));
+    assert_eq!(describe_key(&mut c, BROKER, "", "log.segment.bytes").await?, None, "\"\" lists dynamic configs only");
+
+    let (code, msg) = inc_alter(&mut c, BROKER, "", &[("listeners", 0, Some("PLAINTEXT://:1"))]).await?;
+    assert_eq!(code, 42, "{msg}");
+    assert!(msg.contains("Cannot update these configs dynamically: listeners"), "{msg}");
+    let (code, msg) = inc_alter(&mut c, BROKER, "", &[("log.retention.ms", 0, Some("soon"))]).await?;
+    assert_eq!(code, 40, "INVALID_CONFIG: {msg}");
+    assert_eq!(inc_alter(&mut c, BROKER, "1", &[("log.retention.ms", 0, Some("1"))]).await?.0, 42);
+
+    let dir = b.stop().await?;
+    let b = TestBroker::start_in(dir, &[]).await?;
+    let mut c = b.client().await?;
+    assert_eq!(describe_key(&mut c, TOPIC, "dyn", "retention.ms").await?.map(|v| v.0), Some("1234".into()));
+    assert_eq!(inc_alter(&mut c, BROKER, "", &[("log.retention.ms", 1, None)]).await?.0, 0);
+    assert_eq!(describe_key(&mut c, TOPIC, "dyn", "retention.ms").await?.map(|v| v.0), Some("604800000".into()));
     b.stop().await?;
     Ok(())
 }

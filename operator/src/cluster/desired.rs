@@ -119,6 +119,48 @@ pub fn server_properties(cluster: &Cluster) -> String {
     out
 }
 
+/// Kafka's broker configs that change at runtime, cluster-wide (IncrementalAlterConfigs on the
+/// default BROKER resource), as far as Oxbow supports them: the defaults of topic configs.
+/// Changing one of these never restarts a broker; any other key does. The operator's Kafka
+/// admin test checks this list against what a broker reports as updatable.
+pub const DYNAMIC_BROKER_KEYS: &[&str] = &[
+    "compression.type",
+    "log.cleaner.delete.retention.ms",
+    "log.cleaner.max.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio",
+    "log.cleaner.min.compaction.lag.ms",
+    "log.cleanup.policy",
+    "log.flush.interval.messages",
+    "log.flush.interval.ms",
+    "log.index.interval.bytes",
+    "log.index.size.max.bytes",
+    "log.message.timestamp.after.max.ms",
+    "log.message.timestamp.before.max.ms",
+    "log.message.timestamp.type",
+    "log.preallocate",
+    "log.retention.bytes",
+    "log.retention.hours",
+    "log.retention.minutes",
+    "log.retention.ms",
+    "log.roll.hours",
+    "log.roll.jitter.ms",
+    "log.roll.ms",
+    "log.segment.bytes",
+    "log.segment.delete.delay.ms",
+    "message.max.bytes",
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
+];
+
+pub fn is_dynamic(key: &str) -> bool {
+    DYNAMIC_BROKER_KEYS.contains(&key)
+}
+
+/// The part of `spec.config` applied at runtime.
+pub fn dynamic_config(cluster: &Cluster) -> BTreeMap<String, String> {
+    cluster.spec.config.iter().filter(|(k, _)| is_dynamic(k)).map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
 /// First 16 hex digits of the SHA-256 of the config.
 pub fn config_hash(properties: &str) -> String {
     let digest = Sha256::digest(properties.as_bytes());
@@ -145,7 +187,14 @@ pub fn desired(cluster: &Cluster, settings: &Settings) -> Desired {
     let ns = cluster.namespace().unwrap_or_default();
     let names = Names::of(&name);
     let properties = server_properties(cluster);
-    let hash = config_hash(&properties);
+    // Only keys that need a restart count: dynamic ones are applied to running brokers (and are
+    // in the file for the next start).
+    let restart_relevant: String = properties
+        .lines()
+        .filter(|l| l.split_once('=').is_none_or(|(k, _)| !is_dynamic(k)))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let hash = config_hash(&restart_relevant);
 
     let config_map = ConfigMap {
         metadata: meta(cluster, &names.config_map),

@@ -56,6 +56,7 @@ pub fn status(
     cluster: &Cluster,
     pods: &[PodState],
     decision: &Decision,
+    config_note: Option<&str>,
     names: &Names,
     settings: &Settings,
 ) -> ClusterStatus {
@@ -79,14 +80,17 @@ pub fn status(
     let ns = cluster.namespace().unwrap_or_default();
     let conditions = vec![
         condition(&old, "Ready", all_ready && current, ready_reason, ready_msg, generation),
-        condition(
-            &old,
-            "Reconciling",
-            !(all_ready && current),
-            if all_ready && current { "Reconciled" } else { "Progressing" },
-            decision.to_string(),
-            generation,
-        ),
+        match config_note {
+            Some(note) => condition(&old, "Reconciling", true, "DynamicConfigPending", note.to_string(), generation),
+            None => condition(
+                &old,
+                "Reconciling",
+                !(all_ready && current),
+                if all_ready && current { "Reconciled" } else { "Progressing" },
+                decision.to_string(),
+                generation,
+            ),
+        },
         condition(
             &old,
             "Restarting",

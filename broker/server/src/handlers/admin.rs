@@ -84,7 +84,7 @@ pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTop
                 if let Some(t) = created {
                     r.topic_id = t.meta.id;
                 }
-                let described = topic_config::describe(&b.config, &configs, None);
+                let described = topic_config::describe(&b.topic_defaults(), &configs, None);
                 r.configs = Some(
                     described
                         .into_iter()

@@ -73,7 +73,7 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
                     out.error_message = Some(s(format!("topic {} does not exist", r.resource_name.as_str())));
                 }
                 Some(t) => {
-                    for d in topic_config::describe(&b.config, &t.meta.configs, only.as_deref()) {
+                    for d in topic_config::describe(&b.topic_defaults(), &t.meta.configs, only.as_deref()) {
                         let x = Entry {
                             name: d.name,
                             value: Some(d.value),
@@ -89,29 +89,44 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
             },
             BROKER => {
                 let name = r.resource_name.as_str();
+                let dynamic = b.dynamic_broker_configs();
                 if !name.is_empty() && name != b.node_id().to_string() {
                     out.error_code = ResponseError::InvalidRequest.code();
                     out.error_message = Some(s(format!("unexpected broker id {name}; this is broker {}", b.node_id())));
                 } else {
+                    // "" is the cluster-wide default resource: only its dynamic configs, as Kafka
+                    // answers. A broker id gets every key with its effective value and source.
+                    let cluster_default = name.is_empty();
                     for def in crate::config::KEYS {
                         if only.as_ref().is_some_and(|o| !o.iter().any(|k| k == def.name)) {
                             continue;
                         }
-                        let value = b.config.values.get(def.name).cloned().flatten();
+                        let dynamic_value = dynamic.get(def.name).cloned();
+                        if cluster_default && dynamic_value.is_none() {
+                            continue;
+                        }
                         let explicit = b.config.explicit.get(def.name).cloned();
-                        let src =
-                            if explicit.is_some() { source::STATIC_BROKER_CONFIG } else { source::DEFAULT_CONFIG };
                         let mut syn = Vec::new();
-                        if let Some(v) = explicit {
-                            syn.push((def.name.to_string(), v, source::STATIC_BROKER_CONFIG));
+                        if let Some(v) = &dynamic_value {
+                            syn.push((def.name.to_string(), v.clone(), source::DYNAMIC_DEFAULT_BROKER_CONFIG));
+                        }
+                        if let Some(v) = &explicit {
+                            syn.push((def.name.to_string(), v.clone(), source::STATIC_BROKER_CONFIG));
                         }
                         if let Some(d) = def.default {
                             syn.push((def.name.to_string(), d.to_string(), source::DEFAULT_CONFIG));
                         }
+                        let (value, src) = match (&dynamic_value, &explicit) {
+                            (Some(v), _) => (Some(v.clone()), source::DYNAMIC_DEFAULT_BROKER_CONFIG),
+                            (None, Some(_)) => {
+                                (b.config.values.get(def.name).cloned().flatten(), source::STATIC_BROKER_CONFIG)
+                            }
+                            (None, None) => (b.config.values.get(def.name).cloned().flatten(), source::DEFAULT_CONFIG),
+                        };
                         let x = Entry {
                             name: def.name,
                             value,
-                            read_only: true,
+                            read_only: !topic_config::is_dynamic_broker_key(def.name),
                             source: src,
                             config_type: def.kind.config_type(),
                             doc: def.doc,
@@ -143,7 +158,7 @@ fn alter_target(
         }),
         BROKER => Err(ApiError::new(
             ResponseError::InvalidRequest,
-            "dynamic broker configs are not supported; set them in server.properties",
+            "AlterConfigs on brokers is not supported; use IncrementalAlterConfigs on the cluster-wide default",
         )),
         other => Err(ApiError::new(ResponseError::InvalidRequest, format!("resource type {other} is not supported"))),
     }
@@ -180,6 +195,54 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterConfigsRequest) -> AlterConfigsRespo
     resp
 }
 
+/// IncrementalAlterConfigs on a BROKER resource: the cluster-wide default (name "") takes SET
+/// and DELETE of dynamic keys; per-broker overrides are not supported yet.
+fn alter_dynamic_broker(
+    b: &crate::broker::Broker,
+    name: &str,
+    ops: &[oxbow_protocol::messages::incremental_alter_configs_request::AlterableConfig],
+    validate_only: bool,
+) -> Result<(), ApiError> {
+    if !name.is_empty() {
+        return Err(ApiError::new(
+            ResponseError::InvalidRequest,
+            format!(
+                "per-broker dynamic configs (broker {name}) are not supported; alter the cluster-wide default (empty broker name)"
+            ),
+        ));
+    }
+    let static_only: Vec<&str> =
+        ops.iter().map(|c| c.name.as_str()).filter(|k| !topic_config::is_dynamic_broker_key(k)).collect();
+    if !static_only.is_empty() {
+        return Err(ApiError::new(
+            ResponseError::InvalidRequest,
+            format!("Cannot update these configs dynamically: {}", static_only.join(", ")),
+        ));
+    }
+    let mut configs = b.dynamic_broker_configs();
+    for c in ops {
+        let key = c.name.to_string();
+        match (c.config_operation, &c.value) {
+            (SET, Some(v)) => {
+                configs.insert(key, v.to_string());
+            }
+            (SET, None) => {
+                return Err(ApiError::new(ResponseError::InvalidConfig, format!("{key}: null value")));
+            }
+            (DELETE, _) => {
+                configs.remove(&key);
+            }
+            (op, _) => {
+                return Err(ApiError::new(
+                    ResponseError::InvalidRequest,
+                    format!("config operation {op} is not supported for broker configs"),
+                ));
+            }
+        }
+    }
+    b.set_dynamic_broker_configs(configs, validate_only)
+}
+
 const SET: i8 = 0;
 const DELETE: i8 = 1;
 const APPEND: i8 = 2;
@@ -194,6 +257,9 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
         out.resource_name = r.resource_name.clone();
         let result = (|| -> Result<(), ApiError> {
             let name = r.resource_name.as_str();
+            if r.resource_type == BROKER {
+                return alter_dynamic_broker(b, name, &r.configs, req.validate_only);
+            }
             let topic = alter_target(b, r.resource_type, name)?;
             let mut configs = topic.meta.configs.clone();
             for c in &r.configs {
@@ -221,8 +287,10 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
                                 format!("{key} is not a list; APPEND/SUBTRACT do not apply"),
                             ));
                         }
-                        let current =
-                            configs.get(&key).cloned().unwrap_or_else(|| topic_config::broker_default(&b.config, &key));
+                        let current = configs
+                            .get(&key)
+                            .cloned()
+                            .unwrap_or_else(|| topic_config::broker_default(&b.topic_defaults(), &key));
                         let mut items: Vec<String> =
                             current.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
                         for v in value.as_deref().unwrap_or("").split(',').map(str::trim).filter(|v| !v.is_empty()) {

@@ -80,7 +80,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
                     continue;
                 }
             };
-            let min_insync = (acks == -1).then(|| topic_config::min_insync(&b.config, &topic.meta.configs));
+            let min_insync = (acks == -1).then(|| topic_config::min_insync(&b.topic_defaults(), &topic.meta.configs));
             let fsync = topic.log_config.flush_messages != i64::MAX;
             let append = || partition.append(&records, &batches, min_insync, now);
             let result = if fsync { tokio::task::block_in_place(append) } else { append() };

@@ -98,18 +98,32 @@ fn ephemeral_storage_uses_an_empty_dir_and_no_claims() {
 }
 
 #[test]
-fn a_config_change_changes_the_template_hash_and_nothing_else_in_the_template() {
+fn a_static_config_change_changes_the_template_hash_and_nothing_else_in_the_template() {
+    let a = cluster(ClusterSpec { replicas: 1, ..Default::default() });
+    let mut b = a.clone();
+    b.spec.config.insert("num.partitions".into(), "6".into());
+    let (da, db) = (desired(&a, &settings()), desired(&b, &settings()));
+    assert_ne!(template_annotations(&da), template_annotations(&db));
+    let spec = |d: &Desired| d.stateful_set.spec.as_ref().and_then(|s| s.template.spec.clone());
+    assert_eq!(spec(&da), spec(&db));
+    assert!(server_properties(&b).contains("num.partitions=6\n"));
+}
+
+#[test]
+fn a_dynamic_config_change_is_in_the_file_but_does_not_change_the_template() {
     let a = cluster(ClusterSpec { replicas: 1, ..Default::default() });
     let mut b = a.clone();
     b.spec.config.insert("log.retention.ms".into(), "1000".into());
+    b.spec.config.insert("log.segment.bytes".into(), "1048576".into());
     let (da, db) = (desired(&a, &settings()), desired(&b, &settings()));
-    let hash = |d: &Desired| {
-        d.stateful_set.spec.as_ref().and_then(|s| s.template.metadata.as_ref()).and_then(|m| m.annotations.clone())
-    };
-    assert_ne!(hash(&da), hash(&db));
-    let spec = |d: &Desired| d.stateful_set.spec.as_ref().and_then(|s| s.template.spec.clone());
-    assert_eq!(spec(&da), spec(&db));
+    assert_eq!(da.stateful_set, db.stateful_set);
     assert!(server_properties(&b).contains("log.retention.ms=1000\n"));
+    assert_eq!(dynamic_config(&b).len(), 2);
+    assert!(dynamic_config(&a).is_empty());
+}
+
+fn template_annotations(d: &Desired) -> Option<BTreeMap<String, String>> {
+    d.stateful_set.spec.as_ref().and_then(|s| s.template.metadata.as_ref()).and_then(|m| m.annotations.clone())
 }
 
 #[test]
