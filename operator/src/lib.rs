@@ -4,6 +4,7 @@
 //! - [`cluster`]: the Cluster controller. Pure parts: [`cluster::desired`] (objects from a spec),
 //!   [`cluster::restart`] (which pod may restart now), [`cluster::status`]; the reconciler applies
 //!   them with server-side apply under one field manager.
+//! - [`leader`]: leader election through a Lease, so replicas can run and one reconciles.
 //! - [`topic`]: the Topic controller. [`topic::plan`] (pure) decides create / grow / config
 //!   changes and refusals; [`kafka`] is the small Kafka admin client that carries them out.
 //!
@@ -15,6 +16,7 @@ pub mod conditions;
 pub mod crd;
 pub mod crdgen;
 pub mod kafka;
+pub mod leader;
 pub mod topic;
 
 /// Errors of a reconcile pass; every one is retried with back-off.

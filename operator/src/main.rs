@@ -1,23 +1,30 @@
 //! `oxbow-operator`: runs the controllers until SIGTERM.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use kube::Client;
 use kube::runtime::events::Reporter;
 use oxbow_operator::cluster::{self, Context, desired::Settings};
+use oxbow_operator::leader::LeaderElector;
 use tracing_subscriber::EnvFilter;
 
 const USAGE: &str = "usage: oxbow-operator [--namespace NS] [--broker-image IMAGE] [--cluster-domain DOMAIN]
+                      [--lease NAME | --no-leader-election]
 
 Reconciles oxbow.io Cluster and Topic resources. Watches every namespace unless --namespace
 (or WATCH_NAMESPACE) names one. Defaults: --broker-image from OXBOW_BROKER_IMAGE,
---cluster-domain cluster.local. Logs: RUST_LOG (default info), JSON with LOG_FORMAT=json.";
+--cluster-domain cluster.local. Leader election: replicas share the Lease --lease (default
+oxbow-operator) in POD_NAMESPACE, identified by POD_NAME; only the holder reconciles. Without
+POD_NAMESPACE and POD_NAME (outside a pod) or with --no-leader-election it reconciles at once.
+Logs: RUST_LOG (default info), JSON with LOG_FORMAT=json.";
 
 struct Args {
     namespace: Option<String>,
     broker_image: String,
     cluster_domain: String,
+    lease: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -25,6 +32,7 @@ fn parse_args() -> Result<Args, String> {
         namespace: std::env::var("WATCH_NAMESPACE").ok().filter(|s| !s.is_empty()),
         broker_image: std::env::var("OXBOW_BROKER_IMAGE").unwrap_or_default(),
         cluster_domain: "cluster.local".into(),
+        lease: Some("oxbow-operator".into()),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -38,6 +46,8 @@ fn parse_args() -> Result<Args, String> {
             "--namespace" => out.namespace = Some(value()?),
             "--broker-image" => out.broker_image = value()?,
             "--cluster-domain" => out.cluster_domain = value()?,
+            "--lease" => out.lease = Some(value()?),
+            "--no-leader-election" => out.lease = None,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other}")),
         }
@@ -46,6 +56,22 @@ fn parse_args() -> Result<Args, String> {
         return Err("--broker-image (or OXBOW_BROKER_IMAGE) is required: the image of broker pods".into());
     }
     Ok(out)
+}
+
+/// SIGTERM or SIGINT.
+async fn terminate() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 #[tokio::main]
@@ -75,7 +101,42 @@ async fn main() -> anyhow::Result<()> {
         reporter: Reporter { controller: "oxbow-operator".into(), instance: std::env::var("POD_NAME").ok() },
     });
     tracing::info!(namespace = ?args.namespace, "oxbow-operator started");
-    tokio::join!(cluster::run(ctx.clone(), args.namespace.clone()), oxbow_operator::topic::run(ctx, args.namespace));
+    let pod = (std::env::var("POD_NAMESPACE"), std::env::var("POD_NAME"));
+    let elector = match (&args.lease, pod) {
+        (Some(lease), (Ok(ns), Ok(me))) => {
+            Some(LeaderElector::new(ctx.client.clone(), &ns, lease, &me, Duration::from_secs(15)))
+        }
+        _ => None,
+    };
+    if let Some(e) = &elector {
+        tokio::select! {
+            _ = e.acquire() => {}
+            _ = terminate() => {
+                tracing::info!("stopped before becoming the leader");
+                return Ok(());
+            }
+        }
+    }
+    let controllers = async {
+        tokio::join!(
+            cluster::run(ctx.clone(), args.namespace.clone()),
+            oxbow_operator::topic::run(ctx.clone(), args.namespace.clone())
+        )
+    };
+    match &elector {
+        None => {
+            controllers.await;
+        }
+        Some(e) => {
+            tokio::select! {
+                _ = controllers => e.release().await,
+                _ = e.hold() => {
+                    // Someone else may lead now: stop reconciling at once; Kubernetes restarts us.
+                    anyhow::bail!("lost leadership");
+                }
+            }
+        }
+    }
     tracing::info!("oxbow-operator stopped");
     Ok(())
 }

@@ -14,7 +14,8 @@ the images tests/k8s/load-images built.
   - Topics, checked with Kafka's own kafka-topics (TopicCommand): created with configs, grown,
     configs changed and removed, a shrink refused with a readable condition, an existing topic
     adopted, a missing Cluster reported, deletion policies `delete` and `retain`;
-  - `helm upgrade` restarts the operator but no broker;
+  - `helm upgrade` restarts the operator but no broker; with two replicas one holds the Lease
+    and the other takes over (and reconciles) when the leader stops;
   - deleting the namespace (a Cluster, a Topic with its finalizer) leaves nothing stuck;
     `helm uninstall` removes the operator and keeps the CRDs.
 Exits non-zero with the reason on the first failure.
@@ -280,13 +281,36 @@ def main():
     run("helm", "upgrade", "oxbow", CHART, "-n", OP_NS, *HELM_SET, "--set", "logLevel=debug", "--wait",
         "--timeout", "180s")
     op_after = {p["metadata"]["uid"] for p in kjson("get", "pods", "-n", OP_NS)["items"]
-                if p["status"].get("phase") == "Running"}
+                if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")}
     if not op_after or op_after & op_before:
         fail(f"operator pods before {op_before}, after {op_after}")
     wait("Cluster events Ready under the new operator", cluster_ready("events"), 60)
     time.sleep(5)
     if kjson("get", "pod", "-n", NS, "events-broker-0")["metadata"]["uid"] != broker_uid:
         fail("helm upgrade restarted the broker")
+
+    step("two operator replicas: one holds the Lease; when it stops, the other takes over and reconciles")
+    run("helm", "upgrade", "oxbow", CHART, "-n", OP_NS, *HELM_SET, "--set", "replicaCount=2", "--wait",
+        "--timeout", "180s")
+
+    def running_operators():
+        return {p["metadata"]["name"] for p in kjson("get", "pods", "-n", OP_NS)["items"]
+                if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")}
+
+    def holder():
+        lease = kjson("get", "lease", "-n", OP_NS, "oxbow-operator")
+        h = (lease.get("spec") or {}).get("holderIdentity")
+        return h if h in running_operators() else None
+
+    wait("two running operator pods", lambda: len(running_operators()) == 2, 120)
+    leader = wait("a Lease holder among the running operators", holder, 60)
+    follower = (running_operators() - {leader}).pop()
+    wait(f"{follower} to report that another replica leads",
+         lambda: "another replica leads" in kubectl("logs", "-n", OP_NS, follower), 60)
+    kubectl("delete", "pod", "-n", OP_NS, leader, "--timeout=60s")
+    wait(f"{follower} to take the Lease over", lambda: holder() == follower, 60)
+    kubectl("apply", "-f", "-", input=topic_yaml("after-failover", 2))
+    wait("Topic after-failover Ready under the new leader", topic_state("after-failover"), 120)
 
     step("deleting the namespace (a Cluster and a Topic with its finalizer in it) leaves nothing stuck")
     kubectl("apply", "-f", "-", input=topic_yaml("stays", 1))
