@@ -56,6 +56,7 @@ pub struct Context {
     pub client: Client,
     pub settings: Settings,
     pub reporter: Reporter,
+    pub metrics: crate::telemetry::Metrics,
 }
 
 /// Runs the Cluster controller until the stream ends (shutdown).
@@ -110,6 +111,13 @@ where
 }
 
 async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let start = std::time::Instant::now();
+    let result = reconcile_cluster(cluster, ctx.clone()).await;
+    ctx.metrics.record("cluster", start.elapsed().as_secs_f64(), result.is_ok());
+    result
+}
+
+async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = cluster.namespace().ok_or(Error::MissingNamespace)?;
     let name = cluster.name_any();
     let client = &ctx.client;

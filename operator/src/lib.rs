@@ -17,6 +17,7 @@ pub mod crd;
 pub mod crdgen;
 pub mod kafka;
 pub mod leader;
+pub mod telemetry;
 pub mod topic;
 
 /// Errors of a reconcile pass; every one is retried with back-off.

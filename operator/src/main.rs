@@ -8,7 +8,6 @@ use kube::Client;
 use kube::runtime::events::Reporter;
 use oxbow_operator::cluster::{self, Context, desired::Settings};
 use oxbow_operator::leader::LeaderElector;
-use tracing_subscriber::EnvFilter;
 
 const USAGE: &str = "usage: oxbow-operator [--namespace NS] [--broker-image IMAGE] [--cluster-domain DOMAIN]
                       [--lease NAME | --no-leader-election]
@@ -18,7 +17,8 @@ Reconciles oxbow.io Cluster and Topic resources. Watches every namespace unless 
 --cluster-domain cluster.local. Leader election: replicas share the Lease --lease (default
 oxbow-operator) in POD_NAMESPACE, identified by POD_NAME; only the holder reconciles. Without
 POD_NAMESPACE and POD_NAME (outside a pod) or with --no-leader-election it reconciles at once.
-Logs: RUST_LOG (default info), JSON with LOG_FORMAT=json.";
+Logs: RUST_LOG (default info), JSON with LOG_FORMAT=json. Traces and metrics go out over
+OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set.";
 
 struct Args {
     namespace: Option<String>,
@@ -74,15 +74,17 @@ async fn terminate() {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    if std::env::var("LOG_FORMAT").as_deref() == Ok("json") {
-        tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
-    }
+fn main() -> anyhow::Result<()> {
+    // Telemetry lives outside the runtime: its OTLP client is a blocking one.
+    let telemetry = oxbow_operator::telemetry::init()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let result = runtime.block_on(run());
+    drop(runtime);
+    telemetry.shutdown();
+    result
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) if e.is_empty() => {
@@ -99,6 +101,7 @@ async fn main() -> anyhow::Result<()> {
         client,
         settings: Settings { broker_image: args.broker_image, cluster_domain: args.cluster_domain },
         reporter: Reporter { controller: "oxbow-operator".into(), instance: std::env::var("POD_NAME").ok() },
+        metrics: Default::default(),
     });
     tracing::info!(namespace = ?args.namespace, "oxbow-operator started");
     let pod = (std::env::var("POD_NAMESPACE"), std::env::var("POD_NAME"));

@@ -50,6 +50,13 @@ fn error_policy(topic: Arc<Topic>, err: &Error, _ctx: Arc<Context>) -> Action {
 }
 
 async fn reconcile(topic: Arc<Topic>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let start = std::time::Instant::now();
+    let result = reconcile_topic(topic, ctx.clone()).await;
+    ctx.metrics.record("topic", start.elapsed().as_secs_f64(), result.is_ok());
+    result
+}
+
+async fn reconcile_topic(topic: Arc<Topic>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = topic.namespace().ok_or(Error::MissingNamespace)?;
     let api: Api<Topic> = Api::namespaced(ctx.client.clone(), &ns);
     finalizer(&api, FINALIZER, topic, |event| async {

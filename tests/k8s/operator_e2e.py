@@ -16,6 +16,8 @@ the images tests/k8s/load-images built.
     adopted, a missing Cluster reported, deletion policies `delete` and `retain`;
   - `helm upgrade` restarts the operator but no broker; with two replicas one holds the Lease
     and the other takes over (and reconciles) when the leader stops;
+  - the operator's traces (a span per reconcile) and metrics (reconcile counters by controller
+    and result) arrive over OTLP/HTTP at a stand-in collector (otlp_sink.py);
   - deleting the namespace (a Cluster, a Topic with its finalizer) leaves nothing stuck;
     `helm uninstall` removes the operator and keeps the CRDs.
 Exits non-zero with the reason on the first failure.
@@ -28,6 +30,7 @@ import tempfile
 import time
 
 from kubetest import Suite
+from otlp_sink import Sink
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 from bench import java_classpath  # noqa: E402  (Kafka's tools jars, as the benchmark uses them)
@@ -36,7 +39,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CHART = os.path.join(ROOT, "charts", "oxbow")
 NS = "oxbow-e2e"
 OP_NS = "oxbow-system"
+NODE_IP = "172.30.0.1"  # tests/k8s/lib.sh: the node's address, reachable from pods
 HELM_SET = [
+    "--set", f"otlpEndpoint=http://{NODE_IP}:4318",
     "--set", "image.repository=localhost/oxbow/oxbow-operator",
     "--set", "image.tag=dev",
     "--set", "brokerImage=localhost/oxbow/oxbow-broker:dev",
@@ -137,6 +142,8 @@ def main():
     # CRDs first: the dry run of the example resources needs them; this validates every
     # rendered object against the API server's real schemas.
     run("kubectl", "apply", "--dry-run=server", "-f", "-", input=rendered)
+
+    sink = Sink(NODE_IP)
 
     step("helm install")
     for leftover in (NS,):
@@ -302,7 +309,10 @@ def main():
         h = (lease.get("spec") or {}).get("holderIdentity")
         return h if h in running_operators() else None
 
-    wait("two running operator pods", lambda: len(running_operators()) == 2, 120)
+    kubectl("rollout", "status", "-n", OP_NS, "deployment/oxbow-operator", "--timeout=180s")
+    # Only the new ReplicaSet's two pods: none of the rolled-out ones still terminating.
+    wait("exactly two operator pods", lambda: len(running_operators()) == 2
+         and len(kjson("get", "pods", "-n", OP_NS)["items"]) == 2, 120)
     leader = wait("a Lease holder among the running operators", holder, 60)
     follower = (running_operators() - {leader}).pop()
     wait(f"{follower} to report that another replica leads",
@@ -311,6 +321,17 @@ def main():
     wait(f"{follower} to take the Lease over", lambda: holder() == follower, 60)
     kubectl("apply", "-f", "-", input=topic_yaml("after-failover", 2))
     wait("Topic after-failover Ready under the new leader", topic_state("after-failover"), 120)
+
+    step("the operator exported traces and metrics over OTLP")
+    def exported():
+        with sink.lock:
+            spans = {n for svc, n in sink.spans if svc == "oxbow-operator"}
+            done = {(a.get("controller"), a.get("result")) for n, a, v in sink.points
+                    if n == "oxbow.operator.reconciles" and v > 0}
+        return (spans, done) if "reconciling object" in spans and {("cluster", "success"),
+                                                                    ("topic", "success")} <= done else None
+    spans, done = wait("reconcile spans and counters at the stand-in collector", exported, 90)
+    step(f"received {len(sink.spans)} spans ({sorted(spans)[:3]}...) and reconcile counters {sorted(done)}")
 
     step("deleting the namespace (a Cluster and a Topic with its finalizer in it) leaves nothing stuck")
     kubectl("apply", "-f", "-", input=topic_yaml("stays", 1))
@@ -325,6 +346,7 @@ def main():
         fail(f"CRDs after uninstall: {crds}")
     wait("operator pods gone after uninstall", lambda: not kjson("get", "pods", "-n", OP_NS)["items"], 120)
     kubectl("delete", "namespace", OP_NS, "--timeout=120s")
+    sink.close()
     step("operator e2e passed")
 
 

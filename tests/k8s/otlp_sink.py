@@ -1,0 +1,74 @@
+"""A stand-in OpenTelemetry collector for tests: an OTLP/HTTP (protobuf) receiver that keeps the
+span names and the metric data points it was sent. Decoding uses the official OTLP protobuf
+definitions (opentelemetry-proto), so what it accepts is what a real collector would."""
+
+import http.server
+import threading
+
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+
+class Sink:
+    def __init__(self, host, port=4318):
+        self.spans = []  # (service, span name)
+        self.points = []  # (metric name, {attribute: value}, value)
+        self.lock = threading.Lock()
+        sink = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path == "/v1/traces":
+                    req = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+                    resp = trace_service_pb2.ExportTraceServiceResponse()
+                    sink._traces(req)
+                elif self.path == "/v1/metrics":
+                    req = metrics_service_pb2.ExportMetricsServiceRequest.FromString(body)
+                    resp = metrics_service_pb2.ExportMetricsServiceResponse()
+                    sink._metrics(req)
+                else:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                out = resp.SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((host, port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _service(resource):
+        for a in resource.attributes:
+            if a.key == "service.name":
+                return a.value.string_value
+        return ""
+
+    def _traces(self, req):
+        with self.lock:
+            for rs in req.resource_spans:
+                svc = self._service(rs.resource)
+                for ss in rs.scope_spans:
+                    self.spans.extend((svc, s.name) for s in ss.spans)
+
+    def _metrics(self, req):
+        with self.lock:
+            for rm in req.resource_metrics:
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        kind = m.WhichOneof("data")
+                        for p in getattr(m, kind).data_points:
+                            attrs = {a.key: a.value.string_value for a in p.attributes}
+                            value = p.as_int if kind == "sum" else getattr(p, "count", 0)
+                            self.points.append((m.name, attrs, value))
+
+    def close(self):
+        self.server.shutdown()
