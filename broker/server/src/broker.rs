@@ -43,10 +43,29 @@ pub enum StartupError {
 pub struct Topic {
     pub meta: TopicMeta,
     pub partitions: Vec<Arc<Partition>>,
+    /// The topic's configs over the broker's defaults, resolved once per change (not per request).
     pub log_config: LogConfig,
+    pub min_insync: i32,
 }
 
 impl Topic {
+    /// A topic whose settings are its configs over `defaults`.
+    fn new(meta: TopicMeta, partitions: Vec<Arc<Partition>>, defaults: &BrokerConfig) -> Topic {
+        let log_config = topic_config::resolve(defaults, &meta.configs);
+        let min_insync = topic_config::min_insync(defaults, &meta.configs);
+        Topic { meta, partitions, log_config, min_insync }
+    }
+
+    /// The same partitions with `meta`'s configs over `defaults` (after either changed); the
+    /// partition logs take the new settings.
+    fn reconfigured(&self, meta: TopicMeta, defaults: &BrokerConfig) -> Topic {
+        let topic = Topic::new(meta, self.partitions.clone(), defaults);
+        for p in &topic.partitions {
+            p.set_config(topic.log_config.clone());
+        }
+        topic
+    }
+
     pub fn partition(&self, i: i32) -> Option<&Arc<Partition>> {
         usize::try_from(i).ok().and_then(|i| self.partitions.get(i))
     }
@@ -164,8 +183,10 @@ impl Broker {
         let now = now_ms();
         let mut counts = vec![0usize; dirs.len()];
         let mut recovered = 0usize;
+        let defaults = broker.topic_defaults();
         for meta in metas {
-            let log_config = topic_config::resolve(&broker.topic_defaults(), &meta.configs);
+            let mut topic = Topic::new(meta, Vec::new(), &defaults);
+            let (meta, log_config) = (&topic.meta, &topic.log_config);
             let name: Arc<str> = Arc::from(meta.name.as_str());
             let mut parts = Vec::new();
             for p in 0..meta.partitions {
@@ -196,9 +217,10 @@ impl Broker {
                 let replica = ReplicaState::single(broker.config.node_id, meta.leader_epoch);
                 parts.push(Arc::new(Partition::new(name.clone(), p, root, log, replica)));
             }
+            topic.partitions = parts;
             let mut t = broker.topics.write();
-            t.by_id.insert(meta.id, meta.name.clone());
-            t.by_name.insert(meta.name.clone(), Arc::new(Topic { meta, partitions: parts, log_config }));
+            t.by_id.insert(topic.meta.id, topic.meta.name.clone());
+            t.by_name.insert(topic.meta.name.clone(), Arc::new(topic));
         }
         // Directories of topics that no longer exist (a crash during deletion).
         for (name, root) in on_disk {
@@ -309,10 +331,10 @@ impl Broker {
         let mut store = self.store.lock();
         self.check_new_topic(name, partitions, 1, &configs)?;
         let meta = TopicMeta { name: name.to_string(), id: Uuid::new_v4(), partitions, configs, leader_epoch: 0 };
-        let log_config = topic_config::resolve(&self.topic_defaults(), &meta.configs);
-        let parts = self.open_new_partitions(&meta, 0, &log_config)?;
+        let mut topic = Topic::new(meta.clone(), Vec::new(), &self.topic_defaults());
+        topic.partitions = self.open_new_partitions(&meta, 0, &topic.log_config)?;
         store.put_topic(meta.clone()).map_err(|e| ApiError::new(ResponseError::KafkaStorageError, e.to_string()))?;
-        let topic = Arc::new(Topic { meta: meta.clone(), partitions: parts, log_config });
+        let topic = Arc::new(topic);
         let mut t = self.topics.write();
         t.by_id.insert(meta.id, meta.name.clone());
         t.by_name.insert(meta.name.clone(), topic.clone());
@@ -411,7 +433,12 @@ impl Broker {
         store.put_topic(meta.clone()).map_err(|e| ApiError::new(ResponseError::KafkaStorageError, e.to_string()))?;
         let mut parts = topic.partitions.clone();
         parts.extend(new_parts);
-        let updated = Arc::new(Topic { meta, partitions: parts, log_config: topic.log_config.clone() });
+        let updated = Arc::new(Topic {
+            meta,
+            partitions: parts,
+            log_config: topic.log_config.clone(),
+            min_insync: topic.min_insync,
+        });
         self.topics.write().by_name.insert(name.to_string(), updated);
         tracing::info!(topic = name, from = current, to = count, "added partitions");
         Ok(())
@@ -426,11 +453,7 @@ impl Broker {
         let mut meta = topic.meta.clone();
         meta.configs = configs;
         store.put_topic(meta.clone()).map_err(|e| ApiError::new(ResponseError::KafkaStorageError, e.to_string()))?;
-        let log_config = topic_config::resolve(&self.topic_defaults(), &meta.configs);
-        for p in &topic.partitions {
-            p.set_config(log_config.clone());
-        }
-        let updated = Arc::new(Topic { meta, partitions: topic.partitions.clone(), log_config });
+        let updated = Arc::new(topic.reconfigured(meta, &self.topic_defaults()));
         self.topics.write().by_name.insert(name.to_string(), updated);
         Ok(())
     }
@@ -465,11 +488,7 @@ impl Broker {
         *self.topic_defaults.write() = defaults.clone();
         let mut topics = self.topics.write();
         for topic in topics.by_name.values_mut() {
-            let log_config = topic_config::resolve(&defaults, &topic.meta.configs);
-            for p in &topic.partitions {
-                p.set_config(log_config.clone());
-            }
-            *topic = Arc::new(Topic { meta: topic.meta.clone(), partitions: topic.partitions.clone(), log_config });
+            *topic = Arc::new(topic.reconfigured(topic.meta.clone(), &defaults));
         }
         tracing::info!(configs = ?store.broker_configs(), "dynamic broker configs changed");
         Ok(())

@@ -116,13 +116,9 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
                         if let Some(d) = def.default {
                             syn.push((def.name.to_string(), d.to_string(), source::DEFAULT_CONFIG));
                         }
-                        let (value, src) = match (&dynamic_value, &explicit) {
-                            (Some(v), _) => (Some(v.clone()), source::DYNAMIC_DEFAULT_BROKER_CONFIG),
-                            (None, Some(_)) => {
-                                (b.config.values.get(def.name).cloned().flatten(), source::STATIC_BROKER_CONFIG)
-                            }
-                            (None, None) => (b.config.values.get(def.name).cloned().flatten(), source::DEFAULT_CONFIG),
-                        };
+                        // The most specific synonym is the value and its source.
+                        let src = syn.first().map_or(source::DEFAULT_CONFIG, |(_, _, src)| *src);
+                        let value = dynamic_value.or_else(|| b.config.values.get(def.name).cloned().flatten());
                         let x = Entry {
                             name: def.name,
                             value,

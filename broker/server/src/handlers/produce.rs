@@ -12,7 +12,6 @@ use super::Ctx;
 use super::util::s;
 use crate::broker::now_ms;
 use crate::errors::ApiError;
-use crate::topic_config;
 
 struct Pending {
     topic: usize,
@@ -80,7 +79,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
                     continue;
                 }
             };
-            let min_insync = (acks == -1).then(|| topic_config::min_insync(&b.topic_defaults(), &topic.meta.configs));
+            let min_insync = (acks == -1).then_some(topic.min_insync);
             let fsync = topic.log_config.flush_messages != i64::MAX;
             let append = || partition.append(&records, &batches, min_insync, now);
             let result = if fsync { tokio::task::block_in_place(append) } else { append() };
