@@ -13,23 +13,18 @@ use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::Error;
 use crate::crd::Cluster;
-use crate::kafka::Admin;
+use crate::k8s::{Context, apply, apply_status};
+use crate::kafka::{Admin, ConfigChanges};
 use desired::{Desired, Names, Settings};
 use restart::Decision;
-
-/// The field manager of every write the operator makes.
-pub const MANAGER: &str = "oxbow-operator";
 
 /// `host:port` of a Cluster's bootstrap Service, as the operator (in the cluster) reaches it.
 pub fn bootstrap_address(cluster: &str, ns: &str, settings: &Settings) -> String {
@@ -42,21 +37,12 @@ async fn sync_dynamic_configs(cluster: &Cluster, ns: &str, ctx: &Context) -> Res
     let want = desired::dynamic_config(cluster);
     let mut admin = Admin::connect(&bootstrap_address(&cluster.name_any(), ns, &ctx.settings)).await?;
     let have: BTreeMap<String, String> = admin.broker_configs("").await?.into_iter().map(|(k, v, _)| (k, v)).collect();
-    let set: BTreeMap<String, String> =
-        want.iter().filter(|(k, v)| have.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect();
-    let delete: Vec<String> = have.keys().filter(|k| !want.contains_key(*k)).cloned().collect();
-    if set.is_empty() && delete.is_empty() {
+    let changes = ConfigChanges::between(&want, &have);
+    if changes.is_empty() {
         return Ok(Vec::new());
     }
-    admin.alter_broker_defaults(&set, &delete).await?;
-    Ok(set.into_keys().chain(delete).collect())
-}
-
-pub struct Context {
-    pub client: Client,
-    pub settings: Settings,
-    pub reporter: Reporter,
-    pub metrics: crate::telemetry::Metrics,
+    admin.alter_broker_defaults(&changes.set, &changes.delete).await?;
+    Ok(changes.keys())
 }
 
 /// Runs the Cluster controller until the stream ends (shutdown).
@@ -96,25 +82,8 @@ fn error_policy(cluster: Arc<Cluster>, err: &Error, _ctx: Arc<Context>) -> Actio
     Action::requeue(Duration::from_secs(5))
 }
 
-async fn apply<K>(client: &Client, ns: &str, obj: &K) -> Result<K, Error>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let api: Api<K> = Api::namespaced(client.clone(), ns);
-    let name = obj.meta().name.clone().unwrap_or_default();
-    // Server-side apply needs apiVersion and kind in the body; k8s-openapi types omit them.
-    let mut value = serde_json::to_value(obj).map_err(Error::Serialize)?;
-    value["apiVersion"] = K::api_version(&Default::default()).into();
-    value["kind"] = K::kind(&Default::default()).into();
-    Ok(api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&value)).await?)
-}
-
 async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let start = std::time::Instant::now();
-    let result = reconcile_cluster(cluster, ctx.clone()).await;
-    ctx.metrics.record("cluster", start.elapsed().as_secs_f64(), result.is_ok());
-    result
+    ctx.metrics.timed("cluster", reconcile_cluster(cluster, ctx.clone())).await
 }
 
 async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -139,22 +108,10 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     let pods = pods_api.list(&ListParams::default().labels(&desired::selector_string(&name))).await?.items;
     let observed = status::observe(&cluster, &sts, &pods);
     let decision = restart::plan(&observed, |_| None);
-    let recorder = Recorder::new(client.clone(), ctx.reporter.clone());
     if let Decision::Restart { pod, reason } = &decision {
         tracing::info!(cluster = %name, pod, reason, "restarting broker pod");
         pods_api.delete(pod, &DeleteParams::default()).await?;
-        let _ = recorder
-            .publish(
-                &Event {
-                    type_: EventType::Normal,
-                    reason: "RestartingBroker".into(),
-                    note: Some(format!("deleting {pod}: {reason}")),
-                    action: "Restart".into(),
-                    secondary: None,
-                },
-                &cluster.object_ref(&()),
-            )
-            .await;
+        ctx.event(cluster.as_ref(), "RestartingBroker", "Restart", format!("deleting {pod}: {reason}")).await;
     }
 
     // Dynamic configs go to running brokers, once no restart is pending.
@@ -163,18 +120,8 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
         match sync_dynamic_configs(&cluster, &ns, &ctx).await {
             Ok(changed) if !changed.is_empty() => {
                 tracing::info!(cluster = %name, keys = ?changed, "applied dynamic broker configs");
-                let _ = recorder
-                    .publish(
-                        &Event {
-                            type_: EventType::Normal,
-                            reason: "ConfigChangedDynamically".into(),
-                            note: Some(format!("applied {} to the running brokers, no restart", changed.join(", "))),
-                            action: "Configure".into(),
-                            secondary: None,
-                        },
-                        &cluster.object_ref(&()),
-                    )
-                    .await;
+                let note = format!("applied {} to the running brokers, no restart", changed.join(", "));
+                ctx.event(cluster.as_ref(), "ConfigChangedDynamically", "Configure", note).await;
             }
             Ok(_) => {}
             Err(e) => config_note = Some(format!("dynamic broker configs not applied yet: {e}")),
@@ -183,13 +130,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
 
     let names = Names::of(&name);
     let new_status = status::status(&cluster, &observed, &decision, config_note.as_deref(), &names, &ctx.settings);
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
-    let patch = serde_json::json!({
-        "apiVersion": Cluster::api_version(&()),
-        "kind": Cluster::kind(&()),
-        "status": new_status,
-    });
-    clusters.patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch)).await?;
+    apply_status::<Cluster>(client, &ns, &name, &new_status).await?;
 
     Ok(match decision {
         Decision::Done if config_note.is_none() => Action::requeue(Duration::from_secs(60)),

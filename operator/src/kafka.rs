@@ -45,6 +45,32 @@ pub enum KafkaError {
     Refused { operation: &'static str, topic: String, code: i16, message: Option<String> },
 }
 
+/// What one IncrementalAlterConfigs must send to turn `have` into `want`: keys to set (new or
+/// changed) and keys to delete (back to their default).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConfigChanges {
+    pub set: BTreeMap<String, String>,
+    pub delete: Vec<String>,
+}
+
+impl ConfigChanges {
+    pub fn between(want: &BTreeMap<String, String>, have: &BTreeMap<String, String>) -> ConfigChanges {
+        ConfigChanges {
+            set: want.iter().filter(|(k, v)| have.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect(),
+            delete: have.keys().filter(|k| !want.contains_key(*k)).cloned().collect(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.delete.is_empty()
+    }
+
+    /// Every key that changes, set ones first.
+    pub fn keys(self) -> Vec<String> {
+        self.set.into_keys().chain(self.delete).collect()
+    }
+}
+
 /// A topic as the cluster has it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicInfo {

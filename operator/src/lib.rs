@@ -4,6 +4,8 @@
 //! - [`cluster`]: the Cluster controller. Pure parts: [`cluster::desired`] (objects from a spec),
 //!   [`cluster::restart`] (which pod may restart now), [`cluster::status`]; the reconciler applies
 //!   them with server-side apply under one field manager.
+//! - [`k8s`]: the shared [`k8s::Context`], server-side apply of objects and status under one
+//!   field manager, Events.
 //! - [`leader`]: leader election through a Lease, so replicas can run and one reconciles.
 //! - [`topic`]: the Topic controller. [`topic::plan`] (pure) decides create / grow / config
 //!   changes and refusals; [`kafka`] is the small Kafka admin client that carries them out.
@@ -15,6 +17,7 @@ pub mod cluster;
 pub mod conditions;
 pub mod crd;
 pub mod crdgen;
+pub mod k8s;
 pub mod kafka;
 pub mod leader;
 pub mod telemetry;

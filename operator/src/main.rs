@@ -6,7 +6,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use kube::Client;
 use kube::runtime::events::Reporter;
-use oxbow_operator::cluster::{self, Context, desired::Settings};
+use oxbow_operator::cluster::{self, desired::Settings};
+use oxbow_operator::k8s::Context;
 use oxbow_operator::leader::LeaderElector;
 
 const USAGE: &str = "usage: oxbow-operator [--namespace NS] [--broker-image IMAGE] [--cluster-domain DOMAIN]

@@ -94,6 +94,18 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Runs one reconcile pass and records it.
+    pub async fn timed<T, E>(
+        &self,
+        controller: &'static str,
+        pass: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let start = std::time::Instant::now();
+        let result = pass.await;
+        self.record(controller, start.elapsed().as_secs_f64(), result.is_ok());
+        result
+    }
+
     pub fn record(&self, controller: &'static str, seconds: f64, ok: bool) {
         let attrs =
             [KeyValue::new("controller", controller), KeyValue::new("result", if ok { "success" } else { "error" })];

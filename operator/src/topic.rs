@@ -10,17 +10,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 
 use crate::Error;
-use crate::cluster::{Context, MANAGER, bootstrap_address};
+use crate::cluster::bootstrap_address;
 use crate::conditions::condition;
 use crate::crd::{Cluster, DELETION_POLICY_ANNOTATION, Topic, TopicStatus};
+use crate::k8s::{Context, apply_status};
 use crate::kafka::{Admin, KafkaError, TOPIC_ALREADY_EXISTS};
 use plan::{Observed, Plan, Step};
 
@@ -50,10 +50,7 @@ fn error_policy(topic: Arc<Topic>, err: &Error, _ctx: Arc<Context>) -> Action {
 }
 
 async fn reconcile(topic: Arc<Topic>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let start = std::time::Instant::now();
-    let result = reconcile_topic(topic, ctx.clone()).await;
-    ctx.metrics.record("topic", start.elapsed().as_secs_f64(), result.is_ok());
-    result
+    ctx.metrics.timed("topic", reconcile_topic(topic, ctx.clone())).await
 }
 
 async fn reconcile_topic(topic: Arc<Topic>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -70,14 +67,7 @@ async fn reconcile_topic(topic: Arc<Topic>, ctx: Arc<Context>) -> Result<Action,
 }
 
 async fn write_status(client: &Client, ns: &str, topic: &Topic, status: TopicStatus) -> Result<(), Error> {
-    let api: Api<Topic> = Api::namespaced(client.clone(), ns);
-    let patch = serde_json::json!({
-        "apiVersion": Topic::api_version(&()),
-        "kind": Topic::kind(&()),
-        "status": status,
-    });
-    api.patch_status(&topic.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch)).await?;
-    Ok(())
+    apply_status::<Topic>(client, ns, &topic.name_any(), &status).await
 }
 
 fn status_with(topic: &Topic, ready: bool, reason: &str, message: String) -> TopicStatus {
@@ -88,20 +78,6 @@ fn status_with(topic: &Topic, ready: bool, reason: &str, message: String) -> Top
     st.observed_generation = Some(generation);
     st.topic_name = Some(topic.kafka_name());
     st
-}
-
-async fn event(ctx: &Context, topic: &Topic, reason: &str, note: String) {
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
-    let ev = Event {
-        type_: EventType::Normal,
-        reason: reason.into(),
-        note: Some(note),
-        action: reason.into(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&ev, &topic.object_ref(&())).await {
-        tracing::debug!(error = %e, "could not publish an event");
-    }
 }
 
 async fn observe(admin: &mut Admin, name: &str) -> Result<Option<(String, Observed)>, KafkaError> {
@@ -132,17 +108,35 @@ async fn apply(topic: &Topic, ctx: &Context, ns: &str) -> Result<Action, Error> 
                         Err(KafkaError::Refused { code: TOPIC_ALREADY_EXISTS, .. }) => {}
                         other => other?,
                     }
-                    event(ctx, topic, "Created", format!("created topic {name} with {partitions} partitions")).await;
+                    ctx.event(
+                        topic,
+                        "Created",
+                        "Created",
+                        format!("created topic {name} with {partitions} partitions"),
+                    )
+                    .await;
                 }
                 Step::Grow { to } => {
                     admin.create_partitions(&name, *to).await?;
-                    event(ctx, topic, "PartitionsAdded", format!("grew topic {name} to {to} partitions")).await;
+                    ctx.event(
+                        topic,
+                        "PartitionsAdded",
+                        "PartitionsAdded",
+                        format!("grew topic {name} to {to} partitions"),
+                    )
+                    .await;
                 }
                 Step::AlterConfigs { set, delete } => {
                     admin.alter_topic_configs(&name, set, delete).await?;
                     let keys: Vec<&str> =
                         set.keys().map(String::as_str).chain(delete.iter().map(String::as_str)).collect();
-                    event(ctx, topic, "ConfigChanged", format!("changed {} of topic {name}", keys.join(", "))).await;
+                    ctx.event(
+                        topic,
+                        "ConfigChanged",
+                        "ConfigChanged",
+                        format!("changed {} of topic {name}", keys.join(", ")),
+                    )
+                    .await;
                 }
             }
         }

@@ -25,19 +25,32 @@ CLUSTER_DOMAIN=cluster.local
 PAUSE_IMAGE=localhost/oxbow/pause:3.10
 COREDNS_IMAGE=localhost/oxbow/coredns:${COREDNS_VERSION#v}
 
-# The binaries' cache key: every input of the build (sources, module files, this script and
-# build's, the Go and C compilers). A change to any of them builds a new set beside the old one.
+# The binaries' cache key: every input of the build (sources, module files, the build script,
+# the versions it stamps, the Go and C compilers), and nothing else, so editing the cluster's
+# start-up helpers here does not rebuild Kubernetes. A change to any input builds a new set
+# beside the old one.
 build_key() {
 	(
 		cd "$K8S_DIR" || exit 1
 		find src -type f -print0 | sort -z | xargs -0 sha256sum
-		sha256sum lib.sh build
+		sha256sum build
+		echo "$K8S_VERSION $COREDNS_VERSION $HELM_VERSION $GOFLAGS $GOTOOLCHAIN"
 		go version
 		gcc --version | head -1
 	) | sha256sum | cut -c1-16
 }
 
 bin_dir() { echo "$CACHE_ROOT/k8s/$K8S_VERSION-$(build_key)/bin"; }
+
+# The node's containerd socket, and the import of OCI archives (tests/k8s/image.py) into the
+# namespace the kubelet uses.
+CONTAINERD_SOCK=$STATE/containerd/containerd.sock
+import_images() {
+	local t
+	for t in "$@"; do
+		ctr -a "$CONTAINERD_SOCK" -n k8s.io images import --all-platforms --digests "$t" >/dev/null
+	done
+}
 
 log() { printf '[k8s %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::crd::TopicSpec;
+use crate::kafka::ConfigChanges;
 
 /// The topic as the cluster has it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,15 +67,9 @@ pub fn plan(spec: &TopicSpec, observed: Option<&Observed>) -> Plan {
             ),
         });
     }
-    let set: BTreeMap<String, String> = spec
-        .config
-        .iter()
-        .filter(|(k, v)| have.configs.get(*k) != Some(*v))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let delete: Vec<String> = have.configs.keys().filter(|k| !spec.config.contains_key(*k)).cloned().collect();
-    if !set.is_empty() || !delete.is_empty() {
-        out.steps.push(Step::AlterConfigs { set, delete });
+    let changes = ConfigChanges::between(&spec.config, &have.configs);
+    if !changes.is_empty() {
+        out.steps.push(Step::AlterConfigs { set: changes.set, delete: changes.delete });
     }
     out
 }
