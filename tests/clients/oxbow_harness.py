@@ -110,6 +110,9 @@ class Broker:
         self.starts = 0
         self.last_returncode: int | None = None
 
+    #: The address the client listener binds (nodes of a multi-node cluster override it).
+    listen_host = "127.0.0.1"
+
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
@@ -162,7 +165,7 @@ class Broker:
                     pytrace=False,
                 )
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((self.listen_host, self.port), timeout=0.5):
                     return
             except OSError:
                 time.sleep(0.05)

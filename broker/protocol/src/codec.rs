@@ -77,6 +77,9 @@ pub enum AnyRequest {
     AlterConfigs(messages::AlterConfigsRequest),
     IncrementalAlterConfigs(messages::IncrementalAlterConfigsRequest),
     DescribeProducers(messages::DescribeProducersRequest),
+    DescribeQuorum(messages::DescribeQuorumRequest),
+    AddRaftVoter(messages::AddRaftVoterRequest),
+    RemoveRaftVoter(messages::RemoveRaftVoterRequest),
 }
 
 /// Decodes a whole request frame (without the size prefix) the way the broker does: unknown
@@ -107,6 +110,9 @@ pub fn decode_any(frame: Bytes) -> Result<(RequestHeader, AnyRequest), ProtocolE
         ApiKey::AlterConfigs => AnyRequest::AlterConfigs(decode_body(api, v, &mut body)?),
         ApiKey::IncrementalAlterConfigs => AnyRequest::IncrementalAlterConfigs(decode_body(api, v, &mut body)?),
         ApiKey::DescribeProducers => AnyRequest::DescribeProducers(decode_body(api, v, &mut body)?),
+        ApiKey::DescribeQuorum => AnyRequest::DescribeQuorum(decode_body(api, v, &mut body)?),
+        ApiKey::AddRaftVoter => AnyRequest::AddRaftVoter(decode_body(api, v, &mut body)?),
+        ApiKey::RemoveRaftVoter => AnyRequest::RemoveRaftVoter(decode_body(api, v, &mut body)?),
         other => return Err(ProtocolError::Decode { api: other, version: v, reason: "not served".into() }),
     };
     Ok((raw.header, req))

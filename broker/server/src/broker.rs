@@ -1,11 +1,13 @@
-//! The broker's shared state: configuration, metadata store, topics and their partitions, and
-//! the operations on them that several handlers and background jobs share (create, delete,
-//! grow, reconfigure, checkpoint, clean shutdown).
+//! The broker's shared state: configuration, the metadata image it serves, the partitions it
+//! hosts, and the operations several handlers and background jobs share. Metadata changes
+//! (create, delete, grow, reconfigure) go to the active controller as commands; this broker
+//! acts on them when the committed image reaches it ([`Broker::apply_image`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use oxbow_log::checkpoint::{read_offsets, write_offsets};
 use oxbow_log::{Log, LogConfig, OpenOptions};
@@ -15,10 +17,13 @@ use uuid::Uuid;
 
 use crate::config::{BrokerConfig, Listener};
 use crate::errors::ApiError;
-use crate::metadata::{MetaError, MetadataStore, TopicMeta, init_log_dirs};
+use crate::metadata::{MetaError, TopicMeta, init_log_dirs};
 use crate::partition::Partition;
 use crate::replica::ReplicaState;
 use crate::topic_config;
+use oxbow_meta::records::{Endpoint, PartitionRecord};
+use oxbow_meta::{Command, MetadataImage, Quorum, Reply};
+use tokio::sync::watch;
 
 pub const CLEAN_SHUTDOWN_MARKER: &str = ".oxbow_cleanshutdown";
 const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
@@ -39,10 +44,41 @@ pub enum StartupError {
     Io { path: PathBuf, source: std::io::Error },
 }
 
-/// A topic and its partitions.
+/// Whether this broker may act as a leader: it must have heard "unfenced" from the active
+/// controller within its session timeout. A broker cut off from the quorum has probably been
+/// fenced and replaced as leader; it stops serving as one (NOT_LEADER_OR_FOLLOWER) rather than
+/// accept writes nobody will read.
+#[derive(Debug)]
+pub struct Liveness {
+    last_unfenced_ms: AtomicI64,
+    session_ms: i64,
+}
+
+impl Liveness {
+    fn new(session_ms: u64) -> Self {
+        Self { last_unfenced_ms: AtomicI64::new(0), session_ms: i64::try_from(session_ms).unwrap_or(i64::MAX) }
+    }
+
+    /// Records a heartbeat reply.
+    fn heard(&self, fenced: bool) {
+        self.last_unfenced_ms.store(if fenced { 0 } else { now_ms() }, Ordering::Relaxed);
+    }
+
+    pub fn is_fenced(&self) -> bool {
+        now_ms().saturating_sub(self.last_unfenced_ms.load(Ordering::Relaxed)) > self.session_ms
+    }
+}
+
+/// A topic as this broker knows it from the metadata image, with the partitions it hosts.
 pub struct Topic {
     pub meta: TopicMeta,
-    pub partitions: Vec<Arc<Partition>>,
+    /// Leader, epochs, replicas and ISR of every partition, by index (from the image).
+    pub states: Vec<PartitionRecord>,
+    /// The partitions hosted on this broker, by index (`None`: hosted elsewhere).
+    local: Vec<Option<Arc<Partition>>>,
+    /// This broker's node id.
+    node: i32,
+    liveness: Arc<Liveness>,
     /// The topic's configs over the broker's defaults, resolved once per change (not per request).
     pub log_config: LogConfig,
     pub min_insync: i32,
@@ -50,31 +86,74 @@ pub struct Topic {
 
 impl Topic {
     /// A topic whose settings are its configs over `defaults`.
-    fn new(meta: TopicMeta, partitions: Vec<Arc<Partition>>, defaults: &BrokerConfig) -> Topic {
+    fn new(
+        meta: TopicMeta,
+        states: Vec<PartitionRecord>,
+        local: Vec<Option<Arc<Partition>>>,
+        node: i32,
+        liveness: Arc<Liveness>,
+        defaults: &BrokerConfig,
+    ) -> Topic {
         let log_config = topic_config::resolve(defaults, &meta.configs);
         let min_insync = topic_config::min_insync(defaults, &meta.configs);
-        Topic { meta, partitions, log_config, min_insync }
+        Topic { meta, states, local, node, liveness, log_config, min_insync }
     }
 
-    /// The same partitions with `meta`'s configs over `defaults` (after either changed); the
-    /// partition logs take the new settings.
-    fn reconfigured(&self, meta: TopicMeta, defaults: &BrokerConfig) -> Topic {
-        let topic = Topic::new(meta, self.partitions.clone(), defaults);
-        for p in &topic.partitions {
-            p.set_config(topic.log_config.clone());
-        }
-        topic
-    }
-
+    /// Partition `i` if this broker hosts it (leading it or not).
     pub fn partition(&self, i: i32) -> Option<&Arc<Partition>> {
-        usize::try_from(i).ok().and_then(|i| self.partitions.get(i))
+        usize::try_from(i).ok().and_then(|i| self.local.get(i)).and_then(Option::as_ref)
+    }
+
+    /// Partition `i` if this broker leads it: UNKNOWN_TOPIC_OR_PARTITION for a partition the
+    /// topic does not have, NOT_LEADER_OR_FOLLOWER for one led elsewhere (or by nobody).
+    pub fn led(&self, i: i32) -> Result<&Arc<Partition>, ApiError> {
+        let state = usize::try_from(i).ok().and_then(|i| self.states.get(i)).ok_or_else(|| {
+            ApiError::new(
+                ResponseError::UnknownTopicOrPartition,
+                format!("topic {} has no partition {i}", self.meta.name),
+            )
+        })?;
+        if self.liveness.is_fenced() {
+            return Err(ApiError::new(
+                ResponseError::NotLeaderOrFollower,
+                format!(
+                    "broker {} has not been confirmed unfenced by the active controller within its session timeout",
+                    self.node
+                ),
+            ));
+        }
+        match self.partition(i) {
+            Some(p) if state.leader == self.node => Ok(p),
+            _ => Err(ApiError::new(
+                ResponseError::NotLeaderOrFollower,
+                format!("broker {} does not lead {}-{i} (leader: {})", self.node, self.meta.name, state.leader),
+            )),
+        }
+    }
+
+    /// The partitions hosted here.
+    pub fn hosted(&self) -> impl Iterator<Item = &Arc<Partition>> {
+        self.local.iter().flatten()
     }
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Topics {
     by_name: BTreeMap<String, Arc<Topic>>,
     by_id: HashMap<Uuid, String>,
+}
+
+/// Partition directories found at startup, opened (and recovered if needed) when the metadata
+/// image names them; the rest are removed once the image is known to be current.
+#[derive(Default)]
+struct OnDisk {
+    dirs: HashMap<String, usize>,
+    clean: Vec<bool>,
+    recovery: HashMap<(String, i32), i64>,
+    starts: HashMap<(String, i32), i64>,
+    strays_checked: bool,
+    /// Keep strays while older metadata is being imported.
+    hold: bool,
 }
 
 pub struct Broker {
@@ -84,10 +163,22 @@ pub struct Broker {
     /// topic configs default to.
     topic_defaults: RwLock<Arc<BrokerConfig>>,
     pub cluster_id: String,
+    /// Identifies this run of the broker in its registration.
+    pub incarnation_id: Uuid,
     /// The listener clients are told about (with the real port if `listeners` said 0).
     advertised: RwLock<Listener>,
-    store: Mutex<MetadataStore>,
     topics: RwLock<Topics>,
+    on_disk: Mutex<OnDisk>,
+    /// The image the local state reflects, and its version for waiters.
+    image: RwLock<Arc<MetadataImage>>,
+    applied: watch::Sender<u64>,
+    apply_lock: Mutex<()>,
+    quorum: OnceLock<Quorum>,
+    /// This broker's registration epoch (-1: not registered yet).
+    epoch: AtomicI64,
+    pub liveness: Arc<Liveness>,
+    /// The producer id block being handed out: next id, end (exclusive).
+    producer_ids: tokio::sync::Mutex<(i64, i64)>,
 }
 
 /// `config` with `dynamic` broker keys over its explicit settings.
@@ -124,33 +215,36 @@ fn partition_dir_name(topic: &str, p: i32) -> String {
     format!("{topic}-{p}")
 }
 
+/// How long an admin operation waits for the active controller, then for this broker to apply
+/// the result.
+const CONTROLLER_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl Broker {
-    /// Opens the broker's storage: log dirs, metadata, every partition log (recovering those that
-    /// were not shut down cleanly).
+    /// Opens the broker's storage: log dirs and their identity, checkpoints, and the list of
+    /// partition directories (opened when the metadata names them).
     pub fn open(config: BrokerConfig) -> Result<Arc<Self>, StartupError> {
         let dirs = config.log_dirs.clone();
-        let cluster_id = init_log_dirs(&dirs, config.node_id)?;
-        let store = MetadataStore::open(&dirs[0], cluster_id.clone())?;
-        let mut clean = Vec::new();
-        let mut recovery: HashMap<(String, i32), i64> = HashMap::new();
-        let mut starts: HashMap<(String, i32), i64> = HashMap::new();
+        let mut id_dirs = dirs.clone();
+        if !id_dirs.contains(&config.metadata_log_dir) {
+            id_dirs.push(config.metadata_log_dir.clone());
+        }
+        let cluster_id = init_log_dirs(&id_dirs, config.node_id, config.cluster_id.as_deref())?;
+        let mut on_disk = OnDisk::default();
         for d in &dirs {
-            clean.push(d.join(CLEAN_SHUTDOWN_MARKER).exists());
+            on_disk.clean.push(d.join(CLEAN_SHUTDOWN_MARKER).exists());
             let rp = read_offsets(&d.join(RECOVERY_POINT_CHECKPOINT)).map_err(|e| StartupError::Log {
                 topic: "(checkpoint)".into(),
                 partition: -1,
                 source: e,
             })?;
-            recovery.extend(rp);
+            on_disk.recovery.extend(rp);
             let ls = read_offsets(&d.join(LOG_START_CHECKPOINT)).map_err(|e| StartupError::Log {
                 topic: "(checkpoint)".into(),
                 partition: -1,
                 source: e,
             })?;
-            starts.extend(ls);
+            on_disk.starts.extend(ls);
         }
-        // Where each existing partition directory lives.
-        let mut on_disk: HashMap<String, usize> = HashMap::new();
         for (i, d) in dirs.iter().enumerate() {
             for entry in std::fs::read_dir(d).map_err(|e| StartupError::Io { path: d.clone(), source: e })?.flatten() {
                 if entry.path().is_dir() {
@@ -159,87 +253,36 @@ impl Broker {
                         let _ = std::fs::remove_dir_all(entry.path());
                         continue;
                     }
-                    on_disk.insert(name, i);
+                    if name.starts_with("__oxbow_meta") || name.starts_with("__cluster_metadata") {
+                        continue;
+                    }
+                    on_disk.dirs.insert(name, i);
                 }
-            }
-        }
-        let advertised = config.advertised_listeners[0].clone();
-        let topic_defaults = match with_dynamic(&config, store.broker_configs()) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "stored dynamic broker configs are invalid; ignoring them");
-                config.clone()
-            }
-        };
-        let broker = Self {
-            config,
-            topic_defaults: RwLock::new(Arc::new(topic_defaults)),
-            cluster_id,
-            advertised: RwLock::new(advertised),
-            store: Mutex::new(store),
-            topics: RwLock::new(Topics::default()),
-        };
-        let metas: Vec<TopicMeta> = broker.store.lock().topics().cloned().collect();
-        let now = now_ms();
-        let mut counts = vec![0usize; dirs.len()];
-        let mut recovered = 0usize;
-        let defaults = broker.topic_defaults();
-        for meta in metas {
-            let mut topic = Topic::new(meta, Vec::new(), &defaults);
-            let (meta, log_config) = (&topic.meta, &topic.log_config);
-            let name: Arc<str> = Arc::from(meta.name.as_str());
-            let mut parts = Vec::new();
-            for p in 0..meta.partitions {
-                let dir_name = partition_dir_name(&meta.name, p);
-                let root = match on_disk.remove(&dir_name) {
-                    Some(r) => r,
-                    None => least_loaded(&counts),
-                };
-                counts[root] += 1;
-                let key = (meta.name.clone(), p);
-                let opts = OpenOptions {
-                    clean_shutdown: clean[root],
-                    recovery_point: recovery.get(&key).copied().unwrap_or(0),
-                    log_start_offset: starts.get(&key).copied(),
-                    now_ms: now,
-                };
-                let dir = dirs[root].join(&dir_name);
-                let (log, report) = Log::open(&dir, log_config.clone(), opts).map_err(|e| StartupError::Log {
-                    topic: meta.name.clone(),
-                    partition: p,
-                    source: e,
-                })?;
-                if report.segments_recovered > 0 || !report.truncated.is_empty() {
-                    recovered += 1;
-                    tracing::info!(topic = %meta.name, partition = p, segments = report.segments, recovered = report.segments_recovered, truncated = ?report.truncated, producers = report.producers_loaded, log_end_offset = log.log_end_offset(), "recovered partition");
-                }
-                write_partition_metadata(&dir, meta.id);
-                let replica = ReplicaState::single(broker.config.node_id, meta.leader_epoch);
-                parts.push(Arc::new(Partition::new(name.clone(), p, root, log, replica)));
-            }
-            topic.partitions = parts;
-            let mut t = broker.topics.write();
-            t.by_id.insert(topic.meta.id, topic.meta.name.clone());
-            t.by_name.insert(topic.meta.name.clone(), Arc::new(topic));
-        }
-        // Directories of topics that no longer exist (a crash during deletion).
-        for (name, root) in on_disk {
-            if name.starts_with("__oxbow_meta") {
-                continue;
-            }
-            let path = dirs[root].join(&name);
-            if path.join("partition.metadata").exists()
-                || name.rsplit_once('-').is_some_and(|(_, p)| p.parse::<i32>().is_ok())
-            {
-                tracing::warn!(path = %path.display(), "removing the log of a topic that no longer exists");
-                let _ = std::fs::remove_dir_all(&path);
             }
         }
         for d in &dirs {
             let _ = std::fs::remove_file(d.join(CLEAN_SHUTDOWN_MARKER));
         }
-        tracing::info!(topics = broker.topics.read().by_name.len(), recovered_partitions = recovered, cluster_id = %broker.cluster_id, "storage loaded");
-        Ok(Arc::new(broker))
+        let advertised = config.advertised_listeners[0].clone();
+        let (applied, _) = watch::channel(0);
+        tracing::info!(partition_dirs = on_disk.dirs.len(), cluster_id = %cluster_id, "storage opened");
+        let liveness = Arc::new(Liveness::new(config.session_timeout_ms));
+        Ok(Arc::new(Self {
+            topic_defaults: RwLock::new(Arc::new(config.clone())),
+            config,
+            cluster_id,
+            incarnation_id: Uuid::new_v4(),
+            advertised: RwLock::new(advertised),
+            topics: RwLock::new(Topics::default()),
+            on_disk: Mutex::new(on_disk),
+            image: RwLock::new(Arc::new(MetadataImage::default())),
+            applied,
+            apply_lock: Mutex::new(()),
+            quorum: OnceLock::new(),
+            epoch: AtomicI64::new(-1),
+            liveness,
+            producer_ids: tokio::sync::Mutex::new((0, 0)),
+        }))
     }
 
     pub fn node_id(&self) -> i32 {
@@ -256,6 +299,35 @@ impl Broker {
         if a.port == 0 {
             a.port = port;
         }
+    }
+
+    /// Attaches the metadata quorum (once, at startup).
+    pub fn set_quorum(&self, q: Quorum) {
+        let _ = self.quorum.set(q);
+    }
+
+    pub fn quorum(&self) -> Option<&Quorum> {
+        self.quorum.get()
+    }
+
+    /// The metadata image this broker's state reflects.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.read().clone()
+    }
+
+    /// The active controller as clients should see it: the quorum leader when it is an active
+    /// broker clients can reach; else (no leader known, or it is fenced) any active broker, as
+    /// Kafka's KRaft brokers answer, so that admin requests go somewhere that forwards them.
+    pub fn controller_id(&self) -> i32 {
+        let image = self.image();
+        match self.quorum().and_then(Quorum::leader) {
+            Some(l) if image.is_active(l) => l,
+            _ => image.active_brokers().next().map_or(-1, |b| b.node_id),
+        }
+    }
+
+    pub fn broker_epoch(&self) -> i64 {
+        self.epoch.load(Ordering::Relaxed)
     }
 
     pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
@@ -275,15 +347,79 @@ impl Broker {
         self.topics.read().by_name.values().cloned().collect()
     }
 
+    /// Every partition hosted on this broker.
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
-        self.topics.read().by_name.values().flat_map(|t| t.partitions.iter().cloned()).collect()
+        self.topics.read().by_name.values().flat_map(|t| t.hosted().cloned().collect::<Vec<_>>()).collect()
     }
 
-    pub fn next_producer_id(&self) -> Result<i64, ApiError> {
-        self.store.lock().next_producer_id().map_err(|e| ApiError::new(ResponseError::KafkaStorageError, e.to_string()))
+    /// Runs `cmd` on the active controller and waits until this broker has applied its result.
+    pub async fn execute(&self, cmd: Command) -> Result<Reply, ApiError> {
+        let q =
+            self.quorum().ok_or_else(|| ApiError::new(ResponseError::NotController, "metadata quorum not started"))?;
+        // The whole exchange is bounded: a leader cut off from its quorum never commits.
+        let (version, reply) = tokio::time::timeout(CONTROLLER_TIMEOUT, q.execute(cmd, CONTROLLER_TIMEOUT))
+            .await
+            .map_err(|_| ApiError::new(ResponseError::RequestTimedOut, "the metadata quorum did not commit in time"))?
+            .map_err(ApiError::from)?;
+        if !self.wait_applied(version, CONTROLLER_TIMEOUT).await {
+            return Err(ApiError::new(
+                ResponseError::RequestTimedOut,
+                format!("the change was committed (metadata version {version}) but this broker has not applied it yet"),
+            ));
+        }
+        Ok(reply)
     }
 
-    /// Checks a topic creation without doing it.
+    /// Waits until this broker reflects metadata version `version`; false on timeout.
+    pub async fn wait_applied(&self, version: u64, timeout: Duration) -> bool {
+        let mut rx = self.applied.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|v| *v >= version)).await.is_ok_and(|r| r.is_ok())
+    }
+
+    /// Registers this broker with the active controller (a new epoch for this incarnation).
+    pub async fn register(&self) -> Result<i64, ApiError> {
+        let adv = self.advertised();
+        let cmd = Command::RegisterBroker {
+            node_id: self.node_id(),
+            incarnation_id: self.incarnation_id,
+            listeners: vec![Endpoint {
+                name: adv.name.clone(),
+                host: adv.host.clone(),
+                port: adv.port,
+                security_protocol: "PLAINTEXT".into(),
+            }],
+            rack: self.config.rack.clone(),
+        };
+        self.execute(cmd).await?;
+        let epoch = self
+            .image()
+            .brokers
+            .get(&self.node_id())
+            .filter(|b| b.incarnation_id == self.incarnation_id)
+            .map(|b| b.epoch)
+            .ok_or_else(|| ApiError::new(ResponseError::RequestTimedOut, "registration not in the image"))?;
+        self.epoch.store(epoch, Ordering::Relaxed);
+        tracing::info!(node = self.node_id(), epoch, "registered with the controller");
+        Ok(epoch)
+    }
+
+    /// One heartbeat; returns whether the broker is fenced (and, when shutting down, whether
+    /// it leads nothing any more).
+    pub async fn heartbeat(&self, shutting_down: bool) -> Result<(bool, bool), ApiError> {
+        let cmd = Command::Heartbeat { node_id: self.node_id(), epoch: self.broker_epoch(), shutting_down };
+        match self.execute(cmd).await? {
+            Reply::Heartbeat { fenced, shutdown_complete } => {
+                if !shutting_down {
+                    self.liveness.heard(fenced);
+                }
+                Ok((fenced, shutdown_complete))
+            }
+            other => Err(ApiError::new(ResponseError::UnknownServerError, format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Checks a topic creation without doing it (what this broker can tell; the controller
+    /// checks the rest).
     pub fn check_new_topic(
         &self,
         name: &str,
@@ -307,11 +443,20 @@ impl Broker {
                 "Replication factor must be larger than 0.".to_string(),
             ));
         }
+        let brokers = self.image().active_brokers().count();
+        if replication_factor as usize > brokers {
+            return Err(ApiError::new(
+                ResponseError::InvalidReplicationFactor,
+                format!(
+                    "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only {brokers} broker(s) are registered."
+                ),
+            ));
+        }
         if replication_factor > 1 {
             return Err(ApiError::new(
                 ResponseError::InvalidReplicationFactor,
                 format!(
-                    "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only 1 broker(s) are registered."
+                    "Replication factor {replication_factor} is not supported yet: partitions are not replicated yet, so every partition has one replica."
                 ),
             ));
         }
@@ -321,140 +466,65 @@ impl Broker {
         Ok(())
     }
 
-    /// Creates a topic: metadata first (durably), then its partition logs.
-    pub fn create_topic(
+    /// Creates a topic through the active controller; returns it once this broker has applied
+    /// it (`None` for `validate_only`).
+    pub async fn create_topic(
         &self,
         name: &str,
         partitions: i32,
+        assignments: Option<Vec<Vec<i32>>>,
         configs: BTreeMap<String, String>,
-    ) -> Result<Arc<Topic>, ApiError> {
-        let mut store = self.store.lock();
+        validate_only: bool,
+    ) -> Result<Option<Arc<Topic>>, ApiError> {
         self.check_new_topic(name, partitions, 1, &configs)?;
-        let meta = TopicMeta { name: name.to_string(), id: Uuid::new_v4(), partitions, configs, leader_epoch: 0 };
-        let mut topic = Topic::new(meta.clone(), Vec::new(), &self.topic_defaults());
-        topic.partitions = self.open_new_partitions(&meta, 0, &topic.log_config)?;
-        store.put_topic(meta.clone()).map_err(|e| ApiError::new(ResponseError::KafkaStorageError, e.to_string()))?;
-        let topic = Arc::new(topic);
-        let mut t = self.topics.write();
-        t.by_id.insert(meta.id, meta.name.clone());
-        t.by_name.insert(meta.name.clone(), topic.clone());
-        tracing::info!(topic = name, partitions, id = %meta.id, "created topic");
-        Ok(topic)
-    }
-
-    fn partition_counts(&self) -> Vec<usize> {
-        let mut counts = vec![0usize; self.config.log_dirs.len()];
-        for p in self.all_partitions() {
-            counts[p.root] += 1;
+        let cmd = Command::CreateTopic {
+            name: name.to_string(),
+            partitions,
+            replication_factor: 1,
+            assignments,
+            configs,
+            topic_id: None,
+            validate_only,
+        };
+        self.execute(cmd).await?;
+        if validate_only {
+            return Ok(None);
         }
-        counts
+        let topic = self
+            .topic(name)
+            .ok_or_else(|| ApiError::new(ResponseError::UnknownServerError, "created topic is not in the image"))?;
+        tracing::info!(topic = name, partitions, id = %topic.meta.id, "created topic");
+        Ok(Some(topic))
     }
 
-    fn open_new_partitions(
-        &self,
-        meta: &TopicMeta,
-        from: i32,
-        log_config: &LogConfig,
-    ) -> Result<Vec<Arc<Partition>>, ApiError> {
-        let mut counts = self.partition_counts();
-        let name: Arc<str> = Arc::from(meta.name.as_str());
-        let mut parts = Vec::new();
-        for p in from..meta.partitions {
-            let root = least_loaded(&counts);
-            counts[root] += 1;
-            let dir = self.config.log_dirs[root].join(partition_dir_name(&meta.name, p));
-            let _ = std::fs::remove_dir_all(&dir);
-            let opts =
-                OpenOptions { clean_shutdown: true, recovery_point: 0, log_start_offset: None, now_ms: now_ms() };
-            let (log, _) = Log::open(&dir, log_config.clone(), opts)?;
-            write_partition_metadata(&dir, meta.id);
-            parts.push(Arc::new(Partition::new(
-                name.clone(),
-                p,
-                root,
-                log,
-                ReplicaState::single(self.config.node_id, meta.leader_epoch),
-            )));
-        }
-        Ok(parts)
-    }
-
-    /// Deletes a topic: metadata first (durably), then its logs.
-    pub fn delete_topic(&self, name: &str) -> Result<Uuid, ApiError> {
+    /// Deletes a topic through the active controller; its logs go when the image drops it.
+    pub async fn delete_topic(&self, name: &str) -> Result<Uuid, ApiError> {
         if !self.config.delete_topic_enable {
             return Err(ApiError::new(ResponseError::TopicDeletionDisabled, "delete.topic.enable is false"));
         }
-        let mut store = self.store.lock();
         let Some(topic) = self.topic(name) else {
             return Err(ApiError::new(ResponseError::UnknownTopicOrPartition, format!("topic {name} does not exist")));
         };
-        store.remove_topic(name).map_err(|e| ApiError::new(ResponseError::KafkaStorageError, e.to_string()))?;
-        {
-            let mut t = self.topics.write();
-            t.by_name.remove(name);
-            t.by_id.remove(&topic.meta.id);
-        }
-        for p in &topic.partitions {
-            if let Some(log) = p.take_log()
-                && let Err(e) = log.delete()
-            {
-                tracing::warn!(topic = name, partition = p.index, error = %e, "could not delete partition log");
-            }
-        }
+        self.execute(Command::DeleteTopic { name: name.to_string() }).await?;
         tracing::info!(topic = name, "deleted topic");
         Ok(topic.meta.id)
     }
 
     /// Grows a topic to `count` partitions.
-    pub fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), ApiError> {
-        let mut store = self.store.lock();
-        let Some(topic) = self.topic(name) else {
+    pub async fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), ApiError> {
+        if self.topic(name).is_none() {
             return Err(ApiError::new(ResponseError::UnknownTopicOrPartition, format!("topic {name} does not exist")));
-        };
-        let current = topic.meta.partitions;
-        if count < current {
-            return Err(ApiError::new(
-                ResponseError::InvalidPartitions,
-                format!("Topic currently has {current} partitions, which is higher than the requested {count}."),
-            ));
         }
-        if count == current {
-            return Err(ApiError::new(
-                ResponseError::InvalidPartitions,
-                format!("Topic already has {current} partitions."),
-            ));
-        }
-        if validate_only {
-            return Ok(());
-        }
-        let mut meta = topic.meta.clone();
-        meta.partitions = count;
-        let new_parts = self.open_new_partitions(&meta, current, &topic.log_config)?;
-        store.put_topic(meta.clone()).map_err(|e| ApiError::new(ResponseError::KafkaStorageError, e.to_string()))?;
-        let mut parts = topic.partitions.clone();
-        parts.extend(new_parts);
-        let updated = Arc::new(Topic {
-            meta,
-            partitions: parts,
-            log_config: topic.log_config.clone(),
-            min_insync: topic.min_insync,
-        });
-        self.topics.write().by_name.insert(name.to_string(), updated);
-        tracing::info!(topic = name, from = current, to = count, "added partitions");
+        self.execute(Command::CreatePartitions { name: name.to_string(), count, validate_only }).await?;
         Ok(())
     }
 
     /// Replaces a topic's config overrides (already validated).
-    pub fn set_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<(), ApiError> {
-        let mut store = self.store.lock();
-        let Some(topic) = self.topic(name) else {
+    pub async fn set_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<(), ApiError> {
+        if self.topic(name).is_none() {
             return Err(ApiError::new(ResponseError::UnknownTopicOrPartition, format!("topic {name} does not exist")));
-        };
-        let mut meta = topic.meta.clone();
-        meta.configs = configs;
-        store.put_topic(meta.clone()).map_err(|e| ApiError::new(ResponseError::KafkaStorageError, e.to_string()))?;
-        let updated = Arc::new(topic.reconfigured(meta, &self.topic_defaults()));
-        self.topics.write().by_name.insert(name.to_string(), updated);
+        }
+        self.execute(Command::SetTopicConfigs { name: name.to_string(), configs }).await?;
         Ok(())
     }
 
@@ -465,33 +535,216 @@ impl Broker {
 
     /// The cluster-wide dynamic broker configs.
     pub fn dynamic_broker_configs(&self) -> BTreeMap<String, String> {
-        self.store.lock().broker_configs().clone()
+        self.image().cluster_configs.clone()
     }
 
     /// Replaces the cluster-wide dynamic broker configs (every key must be
-    /// [`topic_config::is_dynamic_broker_key`]) and applies them to every topic that does not
-    /// override them. Durable on return.
-    pub fn set_dynamic_broker_configs(
+    /// [`topic_config::is_dynamic_broker_key`]); every broker applies them to the topics that
+    /// do not override them.
+    pub async fn set_dynamic_broker_configs(
         &self,
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<(), ApiError> {
         let invalid = |e: crate::ConfigError| ApiError::new(ResponseError::InvalidConfig, e.to_string());
-        let defaults = Arc::new(with_dynamic(&self.config, &configs).map_err(invalid)?);
+        with_dynamic(&self.config, &configs).map_err(invalid)?;
         if validate_only {
             return Ok(());
         }
-        let mut store = self.store.lock();
-        store
-            .put_broker_configs(configs)
-            .map_err(|e| ApiError::new(ResponseError::KafkaStorageError, e.to_string()))?;
-        *self.topic_defaults.write() = defaults.clone();
-        let mut topics = self.topics.write();
-        for topic in topics.by_name.values_mut() {
-            *topic = Arc::new(topic.reconfigured(topic.meta.clone(), &defaults));
-        }
-        tracing::info!(configs = ?store.broker_configs(), "dynamic broker configs changed");
+        self.execute(Command::SetBrokerConfigs { node: None, configs: configs.clone() }).await?;
+        tracing::info!(configs = ?configs, "dynamic broker configs changed");
         Ok(())
+    }
+
+    /// A producer id never handed out before in the cluster: from this broker's current block,
+    /// or a new block from the active controller.
+    pub async fn next_producer_id(&self) -> Result<i64, ApiError> {
+        let mut block = self.producer_ids.lock().await;
+        if block.0 >= block.1 {
+            match self.execute(Command::AllocateProducerIds { node_id: self.node_id() }).await? {
+                Reply::ProducerIds { start, len } => *block = (start, start + len),
+                other => {
+                    return Err(ApiError::new(
+                        ResponseError::UnknownServerError,
+                        format!("unexpected reply {other:?}"),
+                    ));
+                }
+            }
+        }
+        let id = block.0;
+        block.0 += 1;
+        Ok(id)
+    }
+
+    /// Makes this broker's state match `img`: opens (recovering if needed) the partitions it
+    /// hosts, sets their leader and ISR, applies config changes, deletes the logs of deleted
+    /// topics. Then Metadata answers from `img`. Called for every new image, in order.
+    pub fn apply_image(&self, img: &Arc<MetadataImage>) {
+        let _serial = self.apply_lock.lock();
+        let me = self.node_id();
+        let prev = self.image();
+        let mut defaults = self.topic_defaults();
+        let defaults_changed = prev.version == 0 || prev.cluster_configs != img.cluster_configs;
+        if defaults_changed {
+            match with_dynamic(&self.config, &img.cluster_configs) {
+                Ok(c) => {
+                    defaults = Arc::new(c);
+                    *self.topic_defaults.write() = defaults.clone();
+                }
+                Err(e) => tracing::warn!(error = %e, "dynamic broker configs are invalid here; ignoring them"),
+            }
+        }
+        let old = self.topics.read().clone();
+        let mut next = Topics::default();
+        for t in img.topics.values() {
+            let existing = old.by_name.get(&t.name).filter(|e| e.meta.id == t.id);
+            if let Some(e) = existing
+                && e.states == t.partitions
+                && e.meta.configs == t.configs
+                && !defaults_changed
+            {
+                next.by_id.insert(t.id, t.name.clone());
+                next.by_name.insert(t.name.clone(), e.clone());
+                continue;
+            }
+            let meta = TopicMeta {
+                name: t.name.clone(),
+                id: t.id,
+                partitions: t.partitions.len() as i32,
+                configs: t.configs.clone(),
+                leader_epoch: 0,
+            };
+            let log_config = topic_config::resolve(&defaults, &meta.configs);
+            let mut local = Vec::with_capacity(t.partitions.len());
+            for p in &t.partitions {
+                let have = existing.and_then(|e| e.partition(p.partition)).cloned();
+                let part = if p.replicas.contains(&me) {
+                    match have {
+                        Some(x) => Some(x),
+                        None => match self.open_partition(&meta, p.partition, &log_config) {
+                            Ok(x) => Some(x),
+                            Err(e) => {
+                                tracing::error!(topic = %t.name, partition = p.partition, error = %e, "cannot open partition log");
+                                None
+                            }
+                        },
+                    }
+                } else {
+                    if let Some(x) = have
+                        && let Some(log) = x.take_log()
+                    {
+                        // Moved away (reassignment): close, keep the data until it is deleted.
+                        let _ = log.close(now_ms());
+                    }
+                    None
+                };
+                if let Some(x) = &part {
+                    x.set_replica(ReplicaState::from_record(p));
+                }
+                local.push(part);
+            }
+            let topic = Topic::new(meta, t.partitions.clone(), local, me, self.liveness.clone(), &defaults);
+            if existing.is_some_and(|e| e.log_config != topic.log_config) {
+                for x in topic.hosted() {
+                    x.set_config(topic.log_config.clone());
+                }
+            }
+            next.by_id.insert(t.id, t.name.clone());
+            next.by_name.insert(t.name.clone(), Arc::new(topic));
+        }
+        for (name, e) in &old.by_name {
+            if next.by_name.get(name).map(|n| n.meta.id) != Some(e.meta.id) {
+                for x in e.hosted() {
+                    if let Some(log) = x.take_log()
+                        && let Err(err) = log.delete()
+                    {
+                        tracing::warn!(topic = %name, partition = x.index, error = %err, "could not delete partition log");
+                    }
+                }
+            }
+        }
+        *self.topics.write() = next;
+        self.remove_strays(img);
+        *self.image.write() = img.clone();
+        self.applied.send_replace(img.version);
+    }
+
+    /// Holds (or releases) the removal of unclaimed partition directories.
+    pub fn hold_strays(&self, hold: bool) {
+        self.on_disk.lock().hold = hold;
+    }
+
+    /// Removes partition directories no topic in the image claims, once the image holds this
+    /// run's own registration (so it is at least as new as this broker's start).
+    pub fn remove_strays(&self, img: &MetadataImage) {
+        let mut on_disk = self.on_disk.lock();
+        if on_disk.strays_checked
+            || on_disk.hold
+            || img.brokers.get(&self.node_id()).is_none_or(|b| b.incarnation_id != self.incarnation_id)
+        {
+            return;
+        }
+        on_disk.strays_checked = true;
+        for (name, root) in on_disk.dirs.drain() {
+            let path = self.config.log_dirs[root].join(&name);
+            if path.join("partition.metadata").exists()
+                || name.rsplit_once('-').is_some_and(|(_, p)| p.parse::<i32>().is_ok())
+            {
+                tracing::warn!(path = %path.display(), "removing the log of a partition this broker does not host");
+                let _ = std::fs::remove_dir_all(&path);
+            }
+        }
+    }
+
+    fn partition_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0usize; self.config.log_dirs.len()];
+        for p in self.all_partitions() {
+            counts[p.root] += 1;
+        }
+        counts
+    }
+
+    /// Opens partition `p` of `meta`: its directory from startup (recovered if the broker did
+    /// not shut down cleanly), or a new one in the least loaded log dir.
+    fn open_partition(&self, meta: &TopicMeta, p: i32, log_config: &LogConfig) -> Result<Arc<Partition>, ApiError> {
+        let dir_name = partition_dir_name(&meta.name, p);
+        let found = self.on_disk.lock().dirs.remove(&dir_name);
+        let (root, opts, fresh) = match found {
+            Some(root)
+                if stored_topic_id(&self.config.log_dirs[root].join(&dir_name)).is_none_or(|id| id == meta.id) =>
+            {
+                let d = self.on_disk.lock();
+                let key = (meta.name.clone(), p);
+                let opts = OpenOptions {
+                    clean_shutdown: d.clean[root],
+                    recovery_point: d.recovery.get(&key).copied().unwrap_or(0),
+                    log_start_offset: d.starts.get(&key).copied(),
+                    now_ms: now_ms(),
+                };
+                (root, opts, false)
+            }
+            other => {
+                if let Some(root) = other {
+                    tracing::warn!(topic = %meta.name, partition = p, "removing the log of an earlier topic with this name");
+                    let _ = std::fs::remove_dir_all(self.config.log_dirs[root].join(&dir_name));
+                }
+                let root = least_loaded(&self.partition_counts());
+                let opts =
+                    OpenOptions { clean_shutdown: true, recovery_point: 0, log_start_offset: None, now_ms: now_ms() };
+                (root, opts, true)
+            }
+        };
+        let dir = self.config.log_dirs[root].join(&dir_name);
+        let (log, report) = Log::open(&dir, log_config.clone(), opts)?;
+        if report.segments_recovered > 0 || !report.truncated.is_empty() {
+            tracing::info!(topic = %meta.name, partition = p, segments = report.segments, recovered = report.segments_recovered, truncated = ?report.truncated, producers = report.producers_loaded, log_end_offset = log.log_end_offset(), "recovered partition");
+        }
+        if fresh {
+            tracing::debug!(topic = %meta.name, partition = p, dir = %dir.display(), "created partition log");
+        }
+        write_partition_metadata(&dir, meta.id);
+        let name: Arc<str> = Arc::from(meta.name.as_str());
+        Ok(Arc::new(Partition::new(name, p, root, log, ReplicaState::single(self.node_id(), 0))))
     }
 
     /// Writes the recovery point and log start offset checkpoints of every log dir.
@@ -523,6 +776,24 @@ impl Broker {
                 }
             }
         }
+        // Partitions found at startup that the image never named keep their old checkpoints.
+        {
+            let d = self.on_disk.lock();
+            for (name, root) in &d.dirs {
+                if let Some((topic, p)) =
+                    name.rsplit_once('-').and_then(|(t, p)| Some((t.to_string(), p.parse::<i32>().ok()?)))
+                {
+                    let key = (topic, p);
+                    if let (Some(r), Some(s)) = (d.recovery.get(&key), d.starts.get(&key)) {
+                        cp.recovery[*root].push((key.0.clone(), key.1, *r));
+                        cp.start[*root].push((key.0.clone(), key.1, *s));
+                    }
+                    if !d.clean[*root] {
+                        ok[*root] = false;
+                    }
+                }
+            }
+        }
         for ((d, written), closed) in dirs.iter().zip(cp.write(dirs)).zip(ok) {
             if closed
                 && written
@@ -533,6 +804,13 @@ impl Broker {
         }
         tracing::info!("logs closed cleanly");
     }
+}
+
+/// The topic id in a partition directory's `partition.metadata`, if it has one.
+fn stored_topic_id(dir: &Path) -> Option<Uuid> {
+    let text = std::fs::read_to_string(dir.join("partition.metadata")).ok()?;
+    let id = text.lines().find_map(|l| l.strip_prefix("topic_id:"))?.trim();
+    crate::handlers::util::parse_kafka_uuid(id)
 }
 
 /// Recovery points and log start offsets gathered per log dir.

@@ -30,6 +30,12 @@ pub enum Kind {
     Ratio,
     /// `ip:port` (an IP literal), or empty for "off".
     SocketAddr,
+    /// `id@host:port,...` (controller.quorum.voters).
+    Voters,
+    /// A comma-separated list of names.
+    Names,
+    /// A non-empty word of ASCII letters, digits, '-' and '_' (cluster.id).
+    Word,
 }
 
 impl Kind {
@@ -46,6 +52,9 @@ impl Kind {
             Kind::Paths => "a comma-separated list of directories".into(),
             Kind::Ratio => "a decimal number in [0, 1]".into(),
             Kind::SocketAddr => "ip:port with an IP literal (e.g. 0.0.0.0:8080), or empty to disable".into(),
+            Kind::Voters => "a comma-separated list of id@host:port (e.g. 1@127.0.1.1:9093,2@127.0.1.2:9093)".into(),
+            Kind::Names => "a comma-separated list of listener names".into(),
+            Kind::Word => "a non-empty string of ASCII letters, digits, '-' and '_'".into(),
         }
     }
 
@@ -55,8 +64,8 @@ impl Kind {
             Kind::Bool => 1,
             Kind::Int { max, .. } if *max <= i64::from(i32::MAX) => 3,
             Kind::Int { .. } => 5,
-            Kind::Choice(_) | Kind::SocketAddr => 2,
-            Kind::Listeners | Kind::Paths => 7,
+            Kind::Choice(_) | Kind::SocketAddr | Kind::Word => 2,
+            Kind::Listeners | Kind::Paths | Kind::Voters | Kind::Names => 7,
             Kind::Ratio => 6,
         }
     }
@@ -70,6 +79,12 @@ impl Kind {
             Kind::Paths => value.split(',').all(|p| !p.trim().is_empty()),
             Kind::Ratio => value.trim().parse::<f64>().is_ok_and(|v| (0.0..=1.0).contains(&v)),
             Kind::SocketAddr => value.trim().is_empty() || value.trim().parse::<std::net::SocketAddr>().is_ok(),
+            Kind::Voters => parse_voters(value).is_ok(),
+            Kind::Names => value.split(',').all(|p| !p.trim().is_empty()),
+            Kind::Word => {
+                !value.trim().is_empty()
+                    && value.trim().bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+            }
         }
     }
 }
@@ -92,6 +107,8 @@ const TIMESTAMP_TYPES: &[&str] = &["CreateTime", "LogAppendTime"];
 /// Only `delete` until log compaction lands; `compact` is refused rather than silently ignored.
 const CLEANUP: &[&str] = &["delete"];
 
+const ROLES: &[&str] = &["broker,controller", "controller,broker", "broker", "controller"];
+
 /// Every broker key Oxbow understands, with Kafka's defaults.
 pub const KEYS: &[KeyDef] = &[
     KeyDef {
@@ -99,6 +116,72 @@ pub const KEYS: &[KeyDef] = &[
         default: Some("1"),
         kind: Kind::Int { min: 0, max: I32 },
         doc: "This node's id. `broker.id` is accepted as a synonym.",
+    },
+    KeyDef {
+        name: "process.roles",
+        default: Some("broker,controller"),
+        kind: Kind::Choice(ROLES),
+        doc: "`broker,controller` (combined: serves clients and is a metadata quorum voter) or `broker` (follows the metadata of the voters in `controller.quorum.voters`). Controller-only nodes are not supported yet.",
+    },
+    KeyDef {
+        name: "controller.quorum.voters",
+        default: None,
+        kind: Kind::Voters,
+        doc: "The metadata quorum's initial voters, `id@host:port` of each one's CONTROLLER listener. Unset on a combined node: a single-node quorum of this node alone. A controller not in the list starts as an observer and becomes a voter through AddRaftVoter (KIP-853); the membership then lives in the metadata log.",
+    },
+    KeyDef {
+        name: "controller.quorum.bootstrap.servers",
+        default: None,
+        kind: Kind::Listeners,
+        doc: "Dynamic quorum bootstrap (KIP-853). Not supported yet: list the voters in `controller.quorum.voters`.",
+    },
+    KeyDef {
+        name: "controller.listener.names",
+        default: Some("CONTROLLER"),
+        kind: Kind::Names,
+        doc: "Names in `listeners` that are controller listeners (metadata quorum traffic, gRPC); the first is used.",
+    },
+    KeyDef {
+        name: "controller.quorum.election.timeout.ms",
+        default: Some("1000"),
+        kind: Kind::Int { min: 100, max: I32 },
+        doc: "A voter that hears no leader for between this and twice this long starts an election.",
+    },
+    KeyDef {
+        name: "cluster.id",
+        default: None,
+        kind: Kind::Word,
+        doc: "The cluster's id, written to every log dir's meta.properties on first start; a node whose stored id differs refuses to start. Required with more than one voter; a single node generates one.",
+    },
+    KeyDef {
+        name: "metadata.log.dir",
+        default: None,
+        kind: Kind::Paths,
+        doc: "Where the metadata quorum's log and snapshots (RocksDB) live. Defaults to the first of `log.dirs`.",
+    },
+    KeyDef {
+        name: "metadata.log.max.record.bytes.between.snapshots",
+        default: Some("20971520"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "Write a metadata snapshot (and let the log before it be purged) after this many bytes of records.",
+    },
+    KeyDef {
+        name: "broker.heartbeat.interval.ms",
+        default: Some("2000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "How often a broker heartbeats to the active controller.",
+    },
+    KeyDef {
+        name: "broker.session.timeout.ms",
+        default: Some("9000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "The active controller fences a broker that has not heartbeated for this long; its partitions get new leaders from their ISR.",
+    },
+    KeyDef {
+        name: "broker.rack",
+        default: None,
+        kind: Kind::Word,
+        doc: "This broker's rack (or zone): replicas of a partition are placed on different racks where possible.",
     },
     KeyDef {
         name: "listeners",
@@ -403,6 +486,26 @@ pub fn parse_listeners(s: &str) -> Result<Vec<Listener>, String> {
     Ok(out)
 }
 
+/// Parses `controller.quorum.voters`: `id@host:port,...`.
+pub fn parse_voters(s: &str) -> Result<BTreeMap<i32, String>, String> {
+    let mut out = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part.split_once('@').ok_or_else(|| format!("{part}: expected id@host:port"))?;
+        let id: i32 = id.parse().map_err(|_| format!("{part}: bad node id"))?;
+        let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("{part}: missing :port"))?;
+        if host.is_empty() || port.parse::<u16>().is_err() {
+            return Err(format!("{part}: expected id@host:port"));
+        }
+        if out.insert(id, addr.to_string()).is_some() {
+            return Err(format!("node id {id} is listed twice"));
+        }
+    }
+    if out.is_empty() {
+        return Err("no voter".into());
+    }
+    Ok(out)
+}
+
 /// Parses `server.properties` text (Java properties: `key=value` or `key: value`, `#`/`!`
 /// comments, trailing `\` continues a line).
 pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
@@ -437,6 +540,23 @@ pub fn key_def(name: &str) -> Option<&'static KeyDef> {
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub node_id: i32,
+    /// `process.roles` includes `controller`: this node is a voter of the metadata quorum.
+    pub controller_role: bool,
+    /// The first listener named in `controller.listener.names`, if any.
+    pub controller_listener: Option<Listener>,
+    /// `controller.quorum.voters`: node id -> `host:port` (empty: a single-node quorum).
+    pub quorum_voters: BTreeMap<i32, String>,
+    /// `cluster.id` if configured.
+    pub cluster_id: Option<String>,
+    pub metadata_log_dir: PathBuf,
+    pub election_timeout_ms: u64,
+    pub snapshot_bytes: u64,
+    pub heartbeat_interval_ms: u64,
+    pub session_timeout_ms: u64,
+    pub unclean_leader_election: bool,
+    /// `broker.rack`.
+    pub rack: Option<String>,
+    /// The client listener (controller listeners are in `controller_listener`).
     pub listeners: Vec<Listener>,
     pub advertised_listeners: Vec<Listener>,
     pub log_dirs: Vec<PathBuf>,
@@ -524,16 +644,81 @@ impl BrokerConfig {
                 });
             }
         }
-        if listeners.len() > 1 {
+        let controller_names: Vec<String> =
+            get("controller.listener.names").unwrap_or_default().split(',').map(|n| n.trim().to_string()).collect();
+        let (controller_listeners, listeners): (Vec<Listener>, Vec<Listener>) =
+            listeners.into_iter().partition(|l| controller_names.contains(&l.name));
+        let advertised_listeners: Vec<Listener> =
+            advertised_listeners.into_iter().filter(|l| !controller_names.contains(&l.name)).collect();
+        if listeners.len() != 1 || listeners[0].name != "PLAINTEXT" {
             return Err(ConfigError::Inconsistent {
                 key: "listeners".into(),
-                reason: "one listener is supported for now (PLAINTEXT)".into(),
+                reason: "exactly one client listener, named PLAINTEXT, is supported for now (no TLS/SASL yet), plus the controller listener".into(),
             });
         }
-        if listeners.iter().any(|l| l.name != "PLAINTEXT") {
+        let advertised_listeners =
+            if advertised_listeners.is_empty() { listeners.clone() } else { advertised_listeners };
+        let roles = get("process.roles").unwrap_or_default();
+        if roles == "controller" {
             return Err(ConfigError::Inconsistent {
-                key: "listeners".into(),
-                reason: "only the PLAINTEXT listener is supported (no TLS/SASL yet)".into(),
+                key: "process.roles".into(),
+                reason: "controller-only nodes are not supported yet; use broker,controller (combined) or broker"
+                    .into(),
+            });
+        }
+        let controller_role = roles.contains("controller");
+        if get("controller.quorum.bootstrap.servers").is_some() {
+            return Err(ConfigError::Inconsistent {
+                key: "controller.quorum.bootstrap.servers".into(),
+                reason:
+                    "the dynamic quorum bootstrap is not supported yet; list the voters in controller.quorum.voters"
+                        .into(),
+            });
+        }
+        let node_id = req_int("node.id")? as i32;
+        let voters = match get("controller.quorum.voters") {
+            Some(v) => parse_voters(&v)
+                .map_err(|reason| ConfigError::Inconsistent { key: "controller.quorum.voters".into(), reason })?,
+            None => BTreeMap::new(),
+        };
+        let controller_listener = controller_listeners.first().cloned();
+        if controller_role {
+            if voters.is_empty() && controller_listener.is_none() {
+                // A single-node quorum of this node alone: no controller traffic, no listener.
+            } else if voters.is_empty() {
+                return Err(ConfigError::Inconsistent {
+                    key: "controller.quorum.voters".into(),
+                    reason: "a controller with a CONTROLLER listener needs the quorum's voters (list this node to start a new quorum with it)".into(),
+                });
+            } else if controller_listener.is_none() {
+                return Err(ConfigError::Inconsistent {
+                    key: "listeners".into(),
+                    reason: format!(
+                        "a controller needs a listener named in controller.listener.names ({})",
+                        controller_names.join(",")
+                    ),
+                });
+            }
+        } else {
+            if voters.is_empty() {
+                return Err(ConfigError::Inconsistent {
+                    key: "controller.quorum.voters".into(),
+                    reason: "a broker-only node needs the voters of the metadata quorum".into(),
+                });
+            }
+            if voters.contains_key(&node_id) {
+                return Err(ConfigError::Inconsistent {
+                    key: "controller.quorum.voters".into(),
+                    reason: format!("node.id={node_id} is a voter but process.roles has no controller role"),
+                });
+            }
+        }
+        let cluster_id = get("cluster.id");
+        if voters.len() > 1 && cluster_id.is_none() {
+            return Err(ConfigError::Inconsistent {
+                key: "cluster.id".into(),
+                reason: "required when the quorum has more than one voter (every node must be given the same id)"
+                    .into(),
             });
         }
         let log_dirs: Vec<PathBuf> =
@@ -581,11 +766,23 @@ impl BrokerConfig {
         if default_rf != 1 {
             return Err(ConfigError::Inconsistent {
                 key: "default.replication.factor".into(),
-                reason: "a single broker can only hold replication factor 1".into(),
+                reason: "replication is not implemented yet: topics have one replica".into(),
             });
         }
+        let metadata_log_dir = get("metadata.log.dir").map_or_else(|| log_dirs[0].clone(), PathBuf::from);
         Ok(Self {
-            node_id: req_int("node.id")? as i32,
+            node_id,
+            controller_role,
+            controller_listener,
+            quorum_voters: voters,
+            cluster_id,
+            metadata_log_dir,
+            election_timeout_ms: req_int("controller.quorum.election.timeout.ms")? as u64,
+            snapshot_bytes: req_int("metadata.log.max.record.bytes.between.snapshots")? as u64,
+            heartbeat_interval_ms: req_int("broker.heartbeat.interval.ms")? as u64,
+            session_timeout_ms: req_int("broker.session.timeout.ms")? as u64,
+            unclean_leader_election: bool_("unclean.leader.election.enable"),
+            rack: get("broker.rack"),
             listeners,
             advertised_listeners,
             log_dirs,

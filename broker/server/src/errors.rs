@@ -57,6 +57,32 @@ impl From<crate::topic_config::InvalidTopicConfig> for ApiError {
     }
 }
 
+/// Kafka's error for a controller's refusal or an unreachable quorum.
+impl From<oxbow_meta::CommandError> for ApiError {
+    fn from(e: oxbow_meta::CommandError) -> Self {
+        use oxbow_meta::{CommandError as C, Refusal as R};
+        let error = match &e {
+            C::Refused(r) => match r {
+                R::TopicAlreadyExists(_) => ResponseError::TopicAlreadyExists,
+                R::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
+                R::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+                R::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+                R::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
+                R::StaleBrokerEpoch(_) => ResponseError::StaleBrokerEpoch,
+                R::BrokerNotRegistered(_) => ResponseError::BrokerIdNotRegistered,
+                R::DuplicateBrokerRegistration(_) => ResponseError::DuplicateBrokerRegistration,
+            },
+            C::NotController { .. } => ResponseError::NotController,
+            C::Unavailable(_) => ResponseError::RequestTimedOut,
+        };
+        let message = match e {
+            C::Refused(r) => r.to_string(),
+            other => other.to_string(),
+        };
+        ApiError { error, message }
+    }
+}
+
 /// Shorthand for the code of a [`ResponseError`].
 pub fn code(e: ResponseError) -> i16 {
     e.code()

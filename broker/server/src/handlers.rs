@@ -23,6 +23,7 @@ mod fetch;
 mod list_offsets;
 mod metadata;
 mod produce;
+mod quorum;
 pub mod util;
 
 /// What a handler sees besides its request.
@@ -80,6 +81,9 @@ pub async fn dispatch(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<Bytes
             AnyRequest::AlterConfigs(r) => answer!(configs::alter(&ctx, r)),
             AnyRequest::IncrementalAlterConfigs(r) => answer!(configs::incremental_alter(&ctx, r)),
             AnyRequest::DescribeProducers(r) => answer!(admin::describe_producers(&ctx, r)),
+            AnyRequest::DescribeQuorum(r) => answer!(quorum::describe(&ctx, r)),
+            AnyRequest::AddRaftVoter(r) => answer!(quorum::add_voter(&ctx, r)),
+            AnyRequest::RemoveRaftVoter(r) => answer!(quorum::remove_voter(&ctx, r)),
         }
     }
     .instrument(span)

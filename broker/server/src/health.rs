@@ -4,6 +4,10 @@
 //!   503 while starting (recovery can take a while after an unclean stop) and from the moment a
 //!   shutdown begins, so load balancers stop sending clients before the listener closes.
 //!
+//! - `GET /quorum`: the metadata quorum as the active controller reports it (JSON: leader, term,
+//!   high watermark, voters with their log end offsets, learners, endpoints); 503 while no
+//!   controller answers. For operators, scripts and tests that need the real controller.
+//!
 //! The listener is bound before the log is opened, so a liveness or startup probe passes during
 //! recovery while readiness does not.
 
@@ -28,14 +32,20 @@ pub enum Phase {
 }
 
 /// Shared between the server (which moves it through the phases) and the HTTP handlers.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Health {
     phase: AtomicU8,
+    quorum: std::sync::OnceLock<oxbow_meta::Quorum>,
 }
 
 impl Health {
     pub fn set(&self, phase: Phase) {
         self.phase.store(phase as u8, Ordering::Release);
+    }
+
+    /// Attaches the quorum once it has started.
+    pub fn set_quorum(&self, q: oxbow_meta::Quorum) {
+        let _ = self.quorum.set(q);
     }
 
     pub fn phase(&self) -> Phase {
@@ -59,13 +69,40 @@ async fn readyz(State(health): State<Arc<Health>>) -> (StatusCode, &'static str)
     }
 }
 
+async fn quorum(State(health): State<Arc<Health>>) -> (StatusCode, String) {
+    let Some(q) = health.quorum.get() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "starting: not in the quorum yet\n".into());
+    };
+    match q.admin(oxbow_meta::QuorumAdmin::Describe, std::time::Duration::from_secs(5)).await {
+        Ok(Ok(oxbow_meta::AdminReply::State(state))) => {
+            let body = serde_json::json!({
+                "node_id": q.node_id(),
+                "image_version": q.image().version,
+                "leader": state.leader,
+                "term": state.term,
+                "high_watermark": state.high_watermark,
+                "voters": state.voters,
+                "learners": state.learners,
+                "endpoints": state.endpoints,
+            });
+            (StatusCode::OK, format!("{body}\n"))
+        }
+        Ok(other) => (StatusCode::INTERNAL_SERVER_ERROR, format!("unexpected reply: {other:?}\n")),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+    }
+}
+
 /// Binds `addr` and serves the endpoints on a task until it is aborted.
 pub async fn spawn(addr: SocketAddr, health: Arc<Health>) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (oxbow.http.listener): {e}"))?;
     let local = listener.local_addr()?;
-    let app = Router::new().route("/livez", get(livez)).route("/readyz", get(readyz)).with_state(health);
+    let app = Router::new()
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .route("/quorum", get(quorum))
+        .with_state(health);
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::warn!(error = %e, "health endpoint stopped");

@@ -2,15 +2,18 @@
 //!
 //! - [`config`]: `server.properties` keys, defaults and validation (one table, also `--help`
 //!   and docs/configuration.md); [`topic_config`]: topic-level keys.
-//! - [`broker`]: shared state (topics, partitions, metadata store) and admin operations;
-//!   [`metadata`]: the single-node metadata store (cluster id, topics, producer ids).
+//! - [`broker`]: shared state (the metadata image it serves, the partitions it hosts) and
+//!   admin operations, which go to the active controller of the metadata quorum
+//!   (`oxbow-meta`); [`startup`]: registration, heartbeats, controlled shutdown;
+//!   [`metadata`]: `meta.properties` and the import of pre-quorum single-node metadata.
 //! - [`partition`]: one led partition (log + [`replica`] state + high watermark channel).
 //! - [`network`]: TCP server, framing, in-order pipelining and global limits.
 //! - [`handlers`]: one module per Kafka API; [`errors`]: the single error-code mapping.
 //! - [`tasks`]: retention, flush and checkpoint jobs.
 //!
-//! [`Server::bind`] opens storage and binds the listener; [`Server::run`] serves until the
-//! shutdown future resolves, then shuts down cleanly (drain, flush, checkpoint, marker).
+//! [`Server::bind`] opens storage, binds the listener, joins the quorum and registers;
+//! [`Server::run`] serves until the shutdown future resolves, then shuts down cleanly (drain,
+//! controlled shutdown, flush, checkpoint, marker).
 
 pub mod broker;
 pub mod config;
@@ -21,6 +24,7 @@ pub mod metadata;
 pub mod network;
 pub mod partition;
 pub mod replica;
+pub mod startup;
 pub mod tasks;
 pub mod topic_config;
 
@@ -28,6 +32,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use oxbow_meta::{Quorum, QuorumConfig};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -35,16 +40,59 @@ use tokio_util::sync::CancellationToken;
 pub use broker::{Broker, StartupError};
 pub use config::{BrokerConfig, ConfigError};
 
-/// A broker with its storage open and its listener bound.
+/// A broker with its storage open, its listener bound, and its place in the metadata quorum.
 pub struct Server {
     broker: Arc<Broker>,
     listener: TcpListener,
     health: Arc<health::Health>,
     health_task: Option<(SocketAddr, tokio::task::JoinHandle<()>)>,
+    /// The quorum, image follower and heartbeat tasks, stopped after the listener drained.
+    meta_tasks: JoinSet<()>,
+    meta_stop: CancellationToken,
+}
+
+/// Resolves a listener's `host:port` to a socket address to bind.
+async fn resolve(l: &config::Listener) -> anyhow::Result<SocketAddr> {
+    let host = if l.host.is_empty() { "0.0.0.0" } else { l.host.as_str() };
+    tokio::net::lookup_host((host, l.port))
+        .await?
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("{}://{}:{} does not resolve", l.name, l.host, l.port))
+}
+
+async fn quorum_config(c: &BrokerConfig) -> anyhow::Result<QuorumConfig> {
+    let controller_listener = match (&c.controller_listener, c.controller_role) {
+        (Some(l), true) => Some(resolve(l).await?),
+        _ => None,
+    };
+    let voters = if c.quorum_voters.is_empty() {
+        // A single-node quorum: this node alone, never dialed.
+        [(c.node_id, "127.0.0.1:0".to_string())].into_iter().collect()
+    } else {
+        c.quorum_voters.clone()
+    };
+    Ok(QuorumConfig {
+        node_id: c.node_id,
+        voters,
+        controller: c.controller_role,
+        controller_listener,
+        local_ip: controller_listener
+            .map(|a| a.ip())
+            .or_else(|| c.listeners[0].host.parse().ok())
+            .filter(|ip: &std::net::IpAddr| !ip.is_unspecified()),
+        dir: c.metadata_log_dir.clone(),
+        session_timeout_ms: c.session_timeout_ms,
+        unclean_leader_election: c.unclean_leader_election,
+        snapshot_bytes: c.snapshot_bytes,
+        election_timeout_ms: c.election_timeout_ms,
+    })
 }
 
 impl Server {
-    /// Opens (and if needed recovers) storage, then binds the listener.
+    /// Opens storage, binds the listener, joins the metadata quorum, registers with the active
+    /// controller and waits until this broker is unfenced and has applied the current metadata
+    /// (so the first client request sees it). Clients that connect meanwhile wait in the
+    /// listen backlog.
     pub async fn bind(config: BrokerConfig) -> anyhow::Result<Self> {
         let l = config.listeners[0].clone();
         // Health first: liveness answers while the log recovers; readiness waits for `run`.
@@ -53,6 +101,7 @@ impl Server {
             Some(addr) => Some(health::spawn(addr, health.clone()).await?),
             None => None,
         };
+        let qcfg = quorum_config(&config).await?;
         let broker = tokio::task::spawn_blocking(move || Broker::open(config)).await??;
         let host = if l.host.is_empty() { "0.0.0.0".to_string() } else { l.host.clone() };
         let listener = TcpListener::bind((host.as_str(), l.port))
@@ -60,7 +109,27 @@ impl Server {
             .map_err(|e| anyhow::anyhow!("cannot listen on {}:{} (listeners): {e}", host, l.port))?;
         let port = listener.local_addr()?.port();
         broker.set_bound_port(port);
-        Ok(Self { broker, listener, health, health_task })
+
+        let meta_stop = CancellationToken::new();
+        let mut meta_tasks = JoinSet::new();
+        let quorum = Quorum::start(qcfg, &mut meta_tasks, meta_stop.clone()).await?;
+        broker.set_quorum(quorum.clone());
+        health.set_quorum(quorum.clone());
+        meta_tasks.spawn(follow_image(broker.clone(), quorum.clone(), meta_stop.clone()));
+        let legacy =
+            if broker.config.controller_role { metadata::read_legacy(&broker.config.log_dirs[0])? } else { None };
+        if legacy.is_some() {
+            broker.hold_strays(true);
+        }
+        startup::join_cluster(&broker).await;
+        if let Some(legacy) = legacy {
+            startup::import_legacy(&broker, legacy).await?;
+            broker.hold_strays(false);
+        }
+        let version = quorum.image().version;
+        broker.wait_applied(version, std::time::Duration::from_secs(600)).await;
+        broker.remove_strays(&broker.image());
+        Ok(Self { broker, listener, health, health_task, meta_tasks, meta_stop })
     }
 
     /// Where the health endpoints listen, if `oxbow.http.listener` is set.
@@ -77,11 +146,13 @@ impl Server {
     }
 
     /// Serves until `shutdown` resolves; then stops accepting, finishes in-flight requests,
-    /// stops background jobs and closes the logs cleanly.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    /// tells the controller it is shutting down, stops background jobs and closes the logs
+    /// cleanly.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let token = CancellationToken::new();
         let mut jobs = JoinSet::new();
         tasks::spawn_all(&mut jobs, self.broker.clone(), token.clone());
+        self.meta_tasks.spawn(startup::heartbeats(self.broker.clone(), self.meta_stop.clone()));
         self.health.set(health::Phase::Serving);
         let health = self.health.clone();
         let shutdown = async move {
@@ -90,13 +161,34 @@ impl Server {
         };
         network::run(self.listener, self.broker.clone(), shutdown).await;
         tracing::info!("shutting down: listener closed, requests drained");
+        startup::controlled_shutdown(&self.broker).await;
         token.cancel();
         while jobs.join_next().await.is_some() {}
+        self.meta_stop.cancel();
+        while self.meta_tasks.join_next().await.is_some() {}
         let b = self.broker.clone();
         tokio::task::spawn_blocking(move || b.close_logs()).await?;
         if let Some((_, task)) = self.health_task {
             task.abort();
         }
         Ok(())
+    }
+}
+
+/// Applies every new committed image to the broker, in order.
+async fn follow_image(broker: Arc<Broker>, quorum: Quorum, stop: CancellationToken) {
+    let mut rx = quorum.subscribe();
+    loop {
+        let image = rx.borrow_and_update().clone();
+        if image.version > broker.image().version || broker.image().version == 0 {
+            let b = broker.clone();
+            if tokio::task::spawn_blocking(move || b.apply_image(&image)).await.is_err() {
+                tracing::error!("applying the metadata image panicked");
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            r = rx.changed() => if r.is_err() { return },
+        }
     }
 }

@@ -55,7 +55,7 @@ async fn shutdown_signal() {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn")))
         .with_writer(std::io::stderr)
         // Colours only on a terminal: container runtimes and files get plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

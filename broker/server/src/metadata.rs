@@ -1,9 +1,9 @@
-//! Durable cluster metadata of a single node: cluster id, topics (ids, partition counts,
-//! config overrides) and the producer id counter. Kept in the first log dir under
-//! `__oxbow_meta/`, every change written atomically before it is acknowledged.
+//! Node storage identity and the metadata of earlier single-node versions.
 //!
-//! This is the single-node stand-in for the metadata quorum (a separate issue): the broker
-//! talks to it through [`MetadataStore`] only, so the quorum can replace it.
+//! [`init_log_dirs`] writes or checks Kafka's `meta.properties` (cluster id, node id) in every
+//! log dir. [`read_legacy`] reads the single-node metadata file (`__oxbow_meta/topics.json`)
+//! that versions before the metadata quorum kept, so their topics are imported into the
+//! quorum on the first start instead of being taken for stray logs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +23,10 @@ pub enum MetaError {
     NodeIdMismatch { path: PathBuf, found: String, configured: i32 },
     #[error("log dirs disagree on cluster.id: {a} vs {b}")]
     ClusterIdMismatch { a: String, b: String },
+    #[error(
+        "{path} holds cluster.id {stored}, but the configured cluster.id is {configured}: this storage belongs to another cluster (use an empty log dir, or the cluster.id it was formatted with)"
+    )]
+    ClusterIdConfigMismatch { path: PathBuf, stored: String, configured: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,25 +42,12 @@ pub struct TopicMeta {
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct TopicsFile {
-    version: u32,
-    topics: Vec<TopicMeta>,
+pub struct TopicsFile {
+    pub version: u32,
+    pub topics: Vec<TopicMeta>,
     /// Cluster-wide dynamic broker configs (IncrementalAlterConfigs on the BROKER resource "").
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    broker_configs: BTreeMap<String, String>,
-}
-
-/// Producer ids are handed out from blocks; the end of the current block is persisted before
-/// any id in it is used, so ids are never reused across restarts.
-const PRODUCER_ID_BLOCK: i64 = 1000;
-
-pub struct MetadataStore {
-    dir: PathBuf,
-    pub cluster_id: String,
-    topics: BTreeMap<String, TopicMeta>,
-    broker_configs: BTreeMap<String, String>,
-    next_producer_id: i64,
-    producer_id_block_end: i64,
+    pub broker_configs: BTreeMap<String, String>,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> MetaError + '_ {
@@ -76,7 +67,7 @@ pub fn new_cluster_id() -> String {
 
 /// Reads or writes `meta.properties` in every log dir (Kafka's format) and returns the
 /// cluster id they agree on.
-pub fn init_log_dirs(dirs: &[PathBuf], node_id: i32) -> Result<String, MetaError> {
+pub fn init_log_dirs(dirs: &[PathBuf], node_id: i32, configured: Option<&str>) -> Result<String, MetaError> {
     let mut cluster_id: Option<String> = None;
     for d in dirs {
         std::fs::create_dir_all(d).map_err(io(d))?;
@@ -91,13 +82,18 @@ pub fn init_log_dirs(dirs: &[PathBuf], node_id: i32) -> Result<String, MetaError
                 .get("cluster.id")
                 .cloned()
                 .ok_or_else(|| MetaError::Corrupt { path: p.clone(), reason: "no cluster.id".into() })?;
+            if let Some(c) = configured
+                && c != cid
+            {
+                return Err(MetaError::ClusterIdConfigMismatch { path: p, stored: cid, configured: c.to_string() });
+            }
             match &cluster_id {
                 Some(c) if *c != cid => return Err(MetaError::ClusterIdMismatch { a: c.clone(), b: cid }),
                 _ => cluster_id = Some(cid),
             }
         }
     }
-    let cluster_id = cluster_id.unwrap_or_else(new_cluster_id);
+    let cluster_id = cluster_id.or_else(|| configured.map(str::to_string)).unwrap_or_else(new_cluster_id);
     for d in dirs {
         let p = d.join("meta.properties");
         if !p.exists() {
@@ -112,113 +108,43 @@ pub fn init_log_dirs(dirs: &[PathBuf], node_id: i32) -> Result<String, MetaError
     Ok(cluster_id)
 }
 
-impl MetadataStore {
-    pub fn open(first_log_dir: &Path, cluster_id: String) -> Result<Self, MetaError> {
-        let dir = first_log_dir.join("__oxbow_meta");
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-        let topics_path = dir.join("topics.json");
-        let (topics, broker_configs) = match std::fs::read(&topics_path) {
-            Ok(bytes) => {
-                let f: TopicsFile = serde_json::from_slice(&bytes)
-                    .map_err(|e| MetaError::Corrupt { path: topics_path.clone(), reason: e.to_string() })?;
-                (f.topics.into_iter().map(|t| (t.name.clone(), t)).collect(), f.broker_configs)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (BTreeMap::new(), BTreeMap::new()),
-            Err(e) => return Err(MetaError::Io { path: topics_path, source: e }),
-        };
-        let pid_path = dir.join("producer-id-block");
-        let next = match std::fs::read_to_string(&pid_path) {
-            Ok(t) => t
-                .trim()
-                .parse::<i64>()
-                .map_err(|e| MetaError::Corrupt { path: pid_path.clone(), reason: e.to_string() })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(MetaError::Io { path: pid_path, source: e }),
-        };
-        let mut store =
-            Self { dir, cluster_id, topics, broker_configs, next_producer_id: next, producer_id_block_end: next };
-        store.allocate_block()?;
-        Ok(store)
-    }
+/// What a single-node version before the metadata quorum stored.
+pub struct Legacy {
+    pub path: PathBuf,
+    pub file: TopicsFile,
+    /// The first producer id it had not handed out.
+    pub next_producer_id: i64,
+}
 
-    fn allocate_block(&mut self) -> Result<(), MetaError> {
-        let end = self.producer_id_block_end + PRODUCER_ID_BLOCK;
-        let p = self.dir.join("producer-id-block");
-        write_atomic(&p, end.to_string().as_bytes())
-            .map_err(|e| MetaError::Corrupt { path: p, reason: e.to_string() })?;
-        self.next_producer_id = self.producer_id_block_end;
-        self.producer_id_block_end = end;
-        Ok(())
-    }
+/// Reads `__oxbow_meta/` of an earlier version, if `first_log_dir` has one that was not
+/// imported yet.
+pub fn read_legacy(first_log_dir: &Path) -> Result<Option<Legacy>, MetaError> {
+    let dir = first_log_dir.join("__oxbow_meta");
+    let path = dir.join("topics.json");
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(MetaError::Io { path, source: e }),
+    };
+    let file: TopicsFile =
+        serde_json::from_slice(&bytes).map_err(|e| MetaError::Corrupt { path: path.clone(), reason: e.to_string() })?;
+    let next_producer_id = std::fs::read_to_string(dir.join("producer-id-block"))
+        .ok()
+        .and_then(|t| t.trim().parse::<i64>().ok())
+        .unwrap_or(0);
+    Ok(Some(Legacy { path, file, next_producer_id }))
+}
 
-    /// A producer id never handed out before (across restarts).
-    pub fn next_producer_id(&mut self) -> Result<i64, MetaError> {
-        if self.next_producer_id >= self.producer_id_block_end {
-            self.allocate_block()?;
-        }
-        let id = self.next_producer_id;
-        self.next_producer_id += 1;
-        Ok(id)
-    }
-
-    pub fn topics(&self) -> impl Iterator<Item = &TopicMeta> {
-        self.topics.values()
-    }
-
-    pub fn topic(&self, name: &str) -> Option<&TopicMeta> {
-        self.topics.get(name)
-    }
-
-    fn persist(&self) -> Result<(), MetaError> {
-        let f = TopicsFile {
-            version: 1,
-            topics: self.topics.values().cloned().collect(),
-            broker_configs: self.broker_configs.clone(),
-        };
-        let p = self.dir.join("topics.json");
-        let bytes =
-            serde_json::to_vec_pretty(&f).map_err(|e| MetaError::Corrupt { path: p.clone(), reason: e.to_string() })?;
-        write_atomic(&p, &bytes).map_err(|e| MetaError::Corrupt { path: p, reason: e.to_string() })
-    }
-
-    /// Adds or replaces a topic, durably.
-    /// The cluster-wide dynamic broker configs.
-    pub fn broker_configs(&self) -> &BTreeMap<String, String> {
-        &self.broker_configs
-    }
-
-    /// Replaces the cluster-wide dynamic broker configs; durable on return.
-    pub fn put_broker_configs(&mut self, configs: BTreeMap<String, String>) -> Result<(), MetaError> {
-        let old = std::mem::replace(&mut self.broker_configs, configs);
-        self.persist().inspect_err(|_| self.broker_configs = old.clone())
-    }
-
-    pub fn put_topic(&mut self, t: TopicMeta) -> Result<(), MetaError> {
-        let old = self.topics.insert(t.name.clone(), t.clone());
-        if let Err(e) = self.persist() {
-            match old {
-                Some(o) => self.topics.insert(o.name.clone(), o),
-                None => self.topics.remove(&t.name),
-            };
-            return Err(e);
-        }
-        Ok(())
-    }
-
-    /// Removes a topic, durably.
-    pub fn remove_topic(&mut self, name: &str) -> Result<Option<TopicMeta>, MetaError> {
-        let old = self.topics.remove(name);
-        if let Err(e) = self.persist() {
-            if let Some(o) = old {
-                self.topics.insert(o.name.clone(), o);
-            }
-            return Err(e);
-        }
-        Ok(old)
+impl Legacy {
+    /// Marks the file as imported (renamed, kept for reference).
+    pub fn mark_imported(&self) -> Result<(), MetaError> {
+        let to = self.path.with_extension("json.imported");
+        std::fs::rename(&self.path, &to).map_err(io(&self.path))
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used, clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -231,26 +157,17 @@ mod tests {
     }
 
     #[test]
-    fn producer_ids_survive_restart_and_topics_persist() -> Result<(), MetaError> {
+    fn meta_properties_pin_node_and_cluster() -> Result<(), MetaError> {
         let d = tempfile::tempdir().map_err(|e| MetaError::Io { path: "tmp".into(), source: e })?;
-        let cid = init_log_dirs(&[d.path().to_path_buf()], 1)?;
-        assert_eq!(init_log_dirs(&[d.path().to_path_buf()], 1)?, cid);
-        assert!(init_log_dirs(&[d.path().to_path_buf()], 2).is_err());
-        let mut s = MetadataStore::open(d.path(), cid.clone())?;
-        let a = s.next_producer_id()?;
-        s.put_topic(TopicMeta {
-            name: "t".into(),
-            id: Uuid::new_v4(),
-            partitions: 3,
-            configs: BTreeMap::new(),
-            leader_epoch: 0,
-        })?;
-        drop(s);
-        let mut s = MetadataStore::open(d.path(), cid)?;
-        assert!(s.next_producer_id()? > a);
-        assert_eq!(s.topic("t").map(|t| t.partitions), Some(3));
-        s.remove_topic("t")?;
-        assert!(s.topic("t").is_none());
+        let dirs = [d.path().to_path_buf()];
+        let cid = init_log_dirs(&dirs, 1, None)?;
+        assert_eq!(init_log_dirs(&dirs, 1, None)?, cid);
+        assert_eq!(init_log_dirs(&dirs, 1, Some(&cid))?, cid);
+        assert!(matches!(init_log_dirs(&dirs, 2, None), Err(MetaError::NodeIdMismatch { .. })));
+        let e = init_log_dirs(&dirs, 1, Some("another-cluster")).expect_err("mismatch");
+        assert!(e.to_string().contains("another-cluster"), "{e}");
+        let d2 = tempfile::tempdir().map_err(|e| MetaError::Io { path: "tmp".into(), source: e })?;
+        assert_eq!(init_log_dirs(&[d2.path().to_path_buf()], 1, Some("given-id"))?, "given-id");
         Ok(())
     }
 }

@@ -158,6 +158,14 @@ impl Partition {
         }
     }
 
+    /// Takes the leader, leader epoch, replicas and ISR the metadata image gives.
+    pub fn set_replica(&self, next: ReplicaState) {
+        let _ = self.with(|i| {
+            i.replica.update(next);
+            Ok(())
+        });
+    }
+
     pub fn set_config(&self, config: LogConfig) {
         let _ = self.with(|i| {
             i.log.set_config(config);

@@ -23,6 +23,25 @@ impl ReplicaState {
         Self { leader, leader_epoch, replicas: vec![leader], isr: vec![leader], follower_leo: BTreeMap::new() }
     }
 
+    /// The state the metadata image gives a partition.
+    pub fn from_record(p: &oxbow_meta::records::PartitionRecord) -> Self {
+        Self {
+            leader: p.leader,
+            leader_epoch: p.leader_epoch,
+            replicas: p.replicas.clone(),
+            isr: p.isr.clone(),
+            follower_leo: BTreeMap::new(),
+        }
+    }
+
+    /// Takes the leader, epoch, replicas and ISR of `next`, keeping what is known of followers
+    /// that stay in the ISR.
+    pub fn update(&mut self, next: ReplicaState) {
+        let kept: BTreeMap<i32, i64> =
+            self.follower_leo.iter().filter(|(r, _)| next.isr.contains(r)).map(|(r, l)| (*r, *l)).collect();
+        *self = Self { follower_leo: kept, ..next };
+    }
+
     /// The high watermark given the leader's log end offset.
     pub fn high_watermark(&self, leader_leo: i64) -> i64 {
         self.isr

@@ -61,11 +61,16 @@ pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTop
                 ));
             }
             for (i, a) in t.assignments.iter().enumerate() {
-                let ok = a.partition_index == i as i32 && a.broker_ids.len() == 1 && a.broker_ids[0].0 == b.node_id();
-                if !ok {
+                if a.partition_index != i as i32 {
                     return Err(ApiError::new(
                         ResponseError::InvalidReplicaAssignment,
-                        format!("partition {} must be assigned to broker {} only", a.partition_index, b.node_id()),
+                        format!("assignments must list partitions 0..{} in order", t.assignments.len()),
+                    ));
+                }
+                if a.broker_ids.len() != t.assignments[0].broker_ids.len() {
+                    return Err(ApiError::new(
+                        ResponseError::InvalidReplicaAssignment,
+                        "every partition must have the same number of replicas",
                     ));
                 }
             }
@@ -74,9 +79,12 @@ pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTop
             }
             b.check_new_topic(&name, partitions, rf, &configs)
         };
-        let result = check().and_then(|()| {
-            if req.validate_only { Ok(None) } else { b.create_topic(&name, partitions, configs.clone()).map(Some) }
-        });
+        let assignments = (!t.assignments.is_empty())
+            .then(|| t.assignments.iter().map(|a| a.broker_ids.iter().map(|id| id.0).collect()).collect());
+        let result = match check() {
+            Ok(()) => b.create_topic(&name, partitions, assignments, configs.clone(), req.validate_only).await,
+            Err(e) => Err(e),
+        };
         match result {
             Ok(created) => {
                 r.num_partitions = partitions;
@@ -125,7 +133,7 @@ pub async fn delete_topics(ctx: &Ctx<'_>, req: DeleteTopicsRequest) -> DeleteTop
         r.name = resolved.as_ref().or(name.as_ref()).map(|n| topic_name(n));
         let result = match resolved {
             None => Err(ApiError::new(ResponseError::UnknownTopicId, "unknown topic id")),
-            Some(n) => b.delete_topic(&n),
+            Some(n) => b.delete_topic(&n).await,
         };
         match result {
             Ok(id) => r.topic_id = id,
@@ -156,8 +164,8 @@ pub async fn create_partitions(ctx: &Ctx<'_>, req: CreatePartitionsRequest) -> C
                     t.count - current,
                     a.len()
                 ))
-            } else if a.iter().any(|x| x.broker_ids.len() != 1 || x.broker_ids[0].0 != b.node_id()) {
-                Some(format!("new partitions must be assigned to broker {} only", b.node_id()))
+            } else if a.iter().any(|x| x.broker_ids.len() != 1) {
+                Some("new partitions have one replica each (partitions are not replicated yet)".to_string())
             } else {
                 None
             }
@@ -165,7 +173,7 @@ pub async fn create_partitions(ctx: &Ctx<'_>, req: CreatePartitionsRequest) -> C
         let result = if let Some(why) = bad_assignment {
             Err(ApiError::new(ResponseError::InvalidReplicaAssignment, why))
         } else {
-            b.create_partitions(&name, t.count, req.validate_only)
+            b.create_partitions(&name, t.count, req.validate_only).await
         };
         if let Err(e) = result {
             r.error_code = e.code();
@@ -187,9 +195,10 @@ pub async fn delete_records(ctx: &Ctx<'_>, req: DeleteRecordsRequest) -> DeleteR
             let mut pr = DeleteRecordsPartitionResult::default();
             pr.partition_index = p.partition_index;
             pr.low_watermark = -1;
-            let result = match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
+            let result = match topic.as_ref().map(|t| t.led(p.partition_index)) {
                 None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic or partition")),
-                Some(part) => part
+                Some(Err(e)) => Err(e),
+                Some(Ok(part)) => part
                     .with_log(|l| {
                         // -1 means "up to the high watermark".
                         let target = if p.offset == -1 { l.high_watermark() } else { p.offset };
@@ -227,7 +236,7 @@ pub async fn init_producer_id(ctx: &Ctx<'_>, req: InitProducerIdRequest) -> Init
         resp.producer_epoch = req.producer_epoch + 1;
         return resp;
     }
-    match b.next_producer_id() {
+    match b.next_producer_id().await {
         Ok(id) => {
             resp.producer_id = ProducerId(id);
             resp.producer_epoch = 0;
@@ -240,17 +249,29 @@ pub async fn init_producer_id(ctx: &Ctx<'_>, req: InitProducerIdRequest) -> Init
 pub async fn describe_cluster(ctx: &Ctx<'_>, req: DescribeClusterRequest) -> DescribeClusterResponse {
     let b = ctx.broker;
     let mut resp = DescribeClusterResponse::default();
-    let adv = b.advertised();
     resp.cluster_id = s(b.cluster_id.clone());
-    resp.controller_id = BrokerId(b.node_id());
+    resp.controller_id = BrokerId(b.controller_id());
     if ctx.version >= 1 {
         resp.endpoint_type = if req.endpoint_type == 0 { 1 } else { req.endpoint_type };
     }
-    let mut br = DescribeClusterBroker::default();
-    br.broker_id = BrokerId(b.node_id());
-    br.host = s(adv.host.clone());
-    br.port = i32::from(adv.port);
-    resp.brokers = vec![br];
+    let image = b.image();
+    resp.brokers = image
+        .brokers
+        .values()
+        .filter(|r| (ctx.version >= 2 && req.include_fenced_brokers) || r.is_active())
+        .filter_map(|r| {
+            let l = r.listeners.first()?;
+            let mut br = DescribeClusterBroker::default();
+            br.broker_id = BrokerId(r.node_id);
+            br.host = s(l.host.clone());
+            br.port = i32::from(l.port);
+            br.rack = r.rack.clone().map(s);
+            if ctx.version >= 2 {
+                br.is_fenced = r.fenced;
+            }
+            Some(br)
+        })
+        .collect();
     resp.cluster_authorized_operations =
         if req.include_cluster_authorized_operations { ALL_CLUSTER_OPERATIONS } else { OPERATIONS_NOT_REQUESTED };
     resp
@@ -268,10 +289,10 @@ pub async fn describe_producers(ctx: &Ctx<'_>, req: DescribeProducersRequest) ->
         for idx in t.partition_indexes {
             let mut pr = PartitionResponse::default();
             pr.partition_index = idx;
-            let found = topic
-                .as_ref()
-                .and_then(|t| t.partition(idx))
-                .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic or partition"));
+            let found = match &topic {
+                None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic or partition")),
+                Some(t) => t.led(idx),
+            };
             let producers = found.and_then(|p| p.with_log(|l| l.producer_state().entries()));
             match producers {
                 Ok(list) => {

@@ -168,7 +168,7 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterConfigsRequest) -> AlterConfigsRespo
         let mut out = AlterResult::default();
         out.resource_type = r.resource_type;
         out.resource_name = r.resource_name.clone();
-        let result = (|| -> Result<(), ApiError> {
+        let result: Result<(), ApiError> = async {
             let name = r.resource_name.as_str();
             alter_target(b, r.resource_type, name)?;
             let mut configs = BTreeMap::new();
@@ -178,10 +178,11 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterConfigsRequest) -> AlterConfigsRespo
                 configs.insert(c.name.to_string(), v.to_string());
             }
             if !req.validate_only {
-                b.set_topic_configs(name, configs)?;
+                b.set_topic_configs(name, configs).await?;
             }
             Ok(())
-        })();
+        }
+        .await;
         if let Err(e) = result {
             out.error_code = e.code();
             out.error_message = Some(s(e.message));
@@ -193,7 +194,7 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterConfigsRequest) -> AlterConfigsRespo
 
 /// IncrementalAlterConfigs on a BROKER resource: the cluster-wide default (name "") takes SET
 /// and DELETE of dynamic keys; per-broker overrides are not supported yet.
-fn alter_dynamic_broker(
+async fn alter_dynamic_broker(
     b: &crate::broker::Broker,
     name: &str,
     ops: &[oxbow_protocol::messages::incremental_alter_configs_request::AlterableConfig],
@@ -236,7 +237,7 @@ fn alter_dynamic_broker(
             }
         }
     }
-    b.set_dynamic_broker_configs(configs, validate_only)
+    b.set_dynamic_broker_configs(configs, validate_only).await
 }
 
 const SET: i8 = 0;
@@ -251,10 +252,10 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
         let mut out = IncResult::default();
         out.resource_type = r.resource_type;
         out.resource_name = r.resource_name.clone();
-        let result = (|| -> Result<(), ApiError> {
+        let result: Result<(), ApiError> = async {
             let name = r.resource_name.as_str();
             if r.resource_type == BROKER {
-                return alter_dynamic_broker(b, name, &r.configs, req.validate_only);
+                return alter_dynamic_broker(b, name, &r.configs, req.validate_only).await;
             }
             let topic = alter_target(b, r.resource_type, name)?;
             let mut configs = topic.meta.configs.clone();
@@ -309,10 +310,11 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
                 }
             }
             if !req.validate_only {
-                b.set_topic_configs(name, configs)?;
+                b.set_topic_configs(name, configs).await?;
             }
             Ok(())
-        })();
+        }
+        .await;
         if let Err(e) = result {
             out.error_code = e.code();
             out.error_message = Some(s(e.message));

@@ -127,10 +127,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
             let target = match &topic {
                 None if by_id => Err(ApiError::new(ResponseError::UnknownTopicId, "unknown topic id")),
                 None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic")),
-                Some(t) => t
-                    .partition(fp.partition)
-                    .cloned()
-                    .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown partition")),
+                Some(t) => t.led(fp.partition).cloned(),
             };
             wants.push(Want {
                 topic_slot: slot,

@@ -41,13 +41,13 @@ pub async fn handle(ctx: &Ctx<'_>, req: ListOffsetsRequest) -> ListOffsetsRespon
             pr.timestamp = -1;
             pr.offset = -1;
             pr.leader_epoch = -1;
-            let part = topic.as_ref().and_then(|t| t.partition(rp.partition_index));
-            let result = match part {
+            let part = match &topic {
                 None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic or partition")),
-                Some(p) => {
-                    lookup(p, rp.timestamp, rp.current_leader_epoch).map(|r| (r, p.leader_epoch().unwrap_or(-1)))
-                }
+                Some(t) => t.led(rp.partition_index),
             };
+            let result = part.and_then(|p| {
+                lookup(p, rp.timestamp, rp.current_leader_epoch).map(|r| (r, p.leader_epoch().unwrap_or(-1)))
+            });
             match result {
                 Ok(((offset, ts), epoch)) => {
                     pr.offset = offset;

@@ -11,28 +11,23 @@ use super::Ctx;
 use super::util::{ALL_CLUSTER_OPERATIONS, ALL_TOPIC_OPERATIONS, OPERATIONS_NOT_REQUESTED, s, topic_name};
 use crate::broker::{Topic, validate_topic_name};
 
-fn describe_topic(ctx: &Ctx<'_>, t: &Topic, with_ops: bool) -> MetadataResponseTopic {
-    let node = BrokerId(ctx.broker.node_id());
+/// `fenced_self`: this broker is not confirmed unfenced, so it reports no partition as its own.
+fn describe_topic(t: &Topic, with_ops: bool, fenced_self: Option<i32>) -> MetadataResponseTopic {
     let mut out = MetadataResponseTopic::default();
     out.name = Some(topic_name(&t.meta.name));
     out.topic_id = t.meta.id;
     out.is_internal = t.meta.name.starts_with("__");
     out.topic_authorized_operations = if with_ops { ALL_TOPIC_OPERATIONS } else { OPERATIONS_NOT_REQUESTED };
-    for p in &t.partitions {
+    for p in &t.states {
         let mut mp = MetadataResponsePartition::default();
-        mp.partition_index = p.index;
-        match p.replica() {
-            Ok(r) => {
-                mp.leader_id = BrokerId(r.leader);
-                mp.leader_epoch = r.leader_epoch;
-                mp.replica_nodes = r.replicas.iter().map(|b| BrokerId(*b)).collect();
-                mp.isr_nodes = r.isr.iter().map(|b| BrokerId(*b)).collect();
-            }
-            Err(e) => {
-                mp.error_code = e.code();
-                mp.leader_id = BrokerId(-1);
-                mp.replica_nodes = vec![node];
-            }
+        mp.partition_index = p.partition;
+        let leader = if Some(p.leader) == fenced_self { -1 } else { p.leader };
+        mp.leader_id = BrokerId(leader);
+        mp.leader_epoch = p.leader_epoch;
+        mp.replica_nodes = p.replicas.iter().map(|b| BrokerId(*b)).collect();
+        mp.isr_nodes = p.isr.iter().map(|b| BrokerId(*b)).collect();
+        if leader < 0 {
+            mp.error_code = ResponseError::LeaderNotAvailable.code();
         }
         out.partitions.push(mp);
     }
@@ -51,15 +46,29 @@ fn topic_error(name: Option<String>, id: Uuid, e: ResponseError) -> MetadataResp
 pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
     let b = ctx.broker;
     let with_ops = req.include_topic_authorized_operations && ctx.version >= 8;
+    let fenced_self = b.liveness.is_fenced().then(|| b.node_id());
     let mut resp = MetadataResponse::default();
-    let adv = b.advertised();
-    let mut broker = MetadataResponseBroker::default();
-    broker.node_id = BrokerId(b.node_id());
-    broker.host = s(adv.host.clone());
-    broker.port = i32::from(adv.port);
-    resp.brokers = vec![broker];
+    // Registered, unfenced brokers from the image this broker serves (as Kafka's brokers do).
+    resp.brokers = b
+        .image()
+        .brokers
+        .values()
+        .filter(|r| !r.fenced)
+        .filter_map(|r| {
+            let l = r.listeners.first()?;
+            let mut broker = MetadataResponseBroker::default();
+            broker.node_id = BrokerId(r.node_id);
+            broker.host = s(l.host.clone());
+            broker.port = i32::from(l.port);
+            broker.rack = r.rack.clone().map(s);
+            Some(broker)
+        })
+        .collect();
     resp.cluster_id = Some(s(b.cluster_id.clone()));
-    resp.controller_id = BrokerId(b.node_id());
+    // As Kafka's KRaft brokers: clients send controller requests (CreateTopics, ...) to this
+    // broker, which forwards them to the active controller; DescribeCluster names the real one.
+    let me_active = b.image().is_active(b.node_id()) && fenced_self.is_none();
+    resp.controller_id = BrokerId(if me_active { b.node_id() } else { b.controller_id() });
     resp.cluster_authorized_operations = if req.include_cluster_authorized_operations && (8..=10).contains(&ctx.version)
     {
         ALL_CLUSTER_OPERATIONS
@@ -73,7 +82,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
         Some(t) => Some(t),
     };
     let Some(requested) = requested else {
-        resp.topics = b.all_topics().iter().map(|t| describe_topic(ctx, t, with_ops)).collect();
+        resp.topics = b.all_topics().iter().map(|t| describe_topic(t, with_ops, fenced_self)).collect();
         return resp;
     };
     // Before v4 the request has no allow_auto_topic_creation field, and Kafka treats it as true.
@@ -84,13 +93,13 @@ pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
         let Some(name) = name else {
             // By topic id (v10+).
             match b.topic_by_id(rt.topic_id) {
-                Some(t) if !rt.topic_id.is_nil() => resp.topics.push(describe_topic(ctx, &t, with_ops)),
+                Some(t) if !rt.topic_id.is_nil() => resp.topics.push(describe_topic(&t, with_ops, fenced_self)),
                 _ => resp.topics.push(topic_error(None, rt.topic_id, ResponseError::UnknownTopicId)),
             }
             continue;
         };
         if let Some(t) = b.topic(&name) {
-            resp.topics.push(describe_topic(ctx, &t, with_ops));
+            resp.topics.push(describe_topic(&t, with_ops, fenced_self));
             continue;
         }
         if let Err(e) = validate_topic_name(&name) {
@@ -98,10 +107,11 @@ pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
             continue;
         }
         if allow_auto && b.config.auto_create_topics {
-            match b.create_topic(&name, b.config.num_partitions, Default::default()) {
-                Ok(t) => resp.topics.push(describe_topic(ctx, &t, with_ops)),
+            match b.create_topic(&name, b.config.num_partitions, None, Default::default(), false).await {
+                Ok(Some(t)) => resp.topics.push(describe_topic(&t, with_ops, fenced_self)),
+                Ok(None) => resp.topics.push(topic_error(Some(name), Uuid::nil(), ResponseError::LeaderNotAvailable)),
                 Err(e) if e.error == ResponseError::TopicAlreadyExists => match b.topic(&name) {
-                    Some(t) => resp.topics.push(describe_topic(ctx, &t, with_ops)),
+                    Some(t) => resp.topics.push(describe_topic(&t, with_ops, fenced_self)),
                     None => resp.topics.push(topic_error(Some(name), Uuid::nil(), ResponseError::LeaderNotAvailable)),
                 },
                 Err(e) => resp.topics.push(topic_error(Some(name), Uuid::nil(), e.error)),

@@ -65,10 +65,12 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
                 tr.partition_responses.push(fail(ApiError::new(e, "unknown topic")));
                 continue;
             };
-            let Some(partition) = topic.partition(pd.index) else {
-                tr.partition_responses
-                    .push(fail(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown partition")));
-                continue;
+            let partition = match topic.led(pd.index) {
+                Ok(p) => p,
+                Err(e) => {
+                    tr.partition_responses.push(fail(e));
+                    continue;
+                }
             };
             let records = pd.records.unwrap_or_default();
             let batches = match validate_produce(&records, topic.log_config.max_message_bytes) {

@@ -1,0 +1,811 @@
+//! The active controller's decisions: a command and the current image in, records (or a
+//! refusal) out. Pure: no I/O, time comes in as milliseconds, so every rule here is unit-tested
+//! without a quorum. The quorum runtime ([`crate::quorum`]) runs one command at a time against
+//! the latest committed image and writes the records through Raft.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::image::MetadataImage;
+use crate::records::{ConfigResource, Configs, Endpoint, NodeId, PartitionChange, PartitionRecord, Record};
+
+/// Producer ids are handed to brokers in blocks of this many (as Kafka's `ProducerIdsBlock`).
+pub const PRODUCER_ID_BLOCK: i64 = 1000;
+
+/// A request to the active controller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    RegisterBroker {
+        node_id: NodeId,
+        incarnation_id: Uuid,
+        listeners: Vec<Endpoint>,
+        rack: Option<String>,
+    },
+    /// `shutting_down`: the broker is in controlled shutdown and wants to lead nothing.
+    Heartbeat {
+        node_id: NodeId,
+        epoch: i64,
+        shutting_down: bool,
+    },
+    CreateTopic {
+        name: String,
+        partitions: i32,
+        replication_factor: i16,
+        /// Explicit replica lists per partition (CreateTopics' `assignments`), else placed here.
+        assignments: Option<Vec<Vec<NodeId>>>,
+        configs: Configs,
+        /// Keep this id (importing an existing topic); else a fresh one.
+        #[serde(default)]
+        topic_id: Option<Uuid>,
+        validate_only: bool,
+    },
+    DeleteTopic {
+        name: String,
+    },
+    CreatePartitions {
+        name: String,
+        count: i32,
+        validate_only: bool,
+    },
+    /// Replaces a topic's config overrides (validated by the caller).
+    SetTopicConfigs {
+        name: String,
+        configs: Configs,
+    },
+    /// Replaces the cluster-wide (`node: None`) or one broker's dynamic configs.
+    SetBrokerConfigs {
+        node: Option<NodeId>,
+        configs: Configs,
+    },
+    AllocateProducerIds {
+        node_id: NodeId,
+    },
+    /// Never hand out producer ids below `below` (ids an imported single-node store used).
+    ReserveProducerIds {
+        below: i64,
+    },
+}
+
+/// What a command returns besides the version of the image that holds its effect.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Reply {
+    Done,
+    Registered { epoch: i64 },
+    Heartbeat { fenced: bool, shutdown_complete: bool },
+    TopicCreated { id: Uuid, partitions: Vec<PartitionRecord> },
+    ProducerIds { start: i64, len: i64 },
+}
+
+/// Why a command was refused. The broker maps these onto Kafka error codes in one place.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Refusal {
+    #[error("{0}")]
+    TopicAlreadyExists(String),
+    #[error("{0}")]
+    UnknownTopic(String),
+    #[error("{0}")]
+    InvalidPartitions(String),
+    #[error("{0}")]
+    InvalidReplicationFactor(String),
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    #[error("{0}")]
+    StaleBrokerEpoch(String),
+    #[error("{0}")]
+    BrokerNotRegistered(String),
+    #[error("{0}")]
+    DuplicateBrokerRegistration(String),
+}
+
+/// The outcome of one command: records to write, and the reply once they are committed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub records: Vec<Record>,
+    pub reply: Reply,
+}
+
+impl Decision {
+    fn new(records: Vec<Record>, reply: Reply) -> Self {
+        Self { records, reply }
+    }
+}
+
+/// Soft state of the active controller: when each broker last heartbeated. Not in the log (as in
+/// Kafka); a new active controller starts every broker's session afresh.
+#[derive(Debug, Default)]
+pub struct Controller {
+    last_heartbeat_ms: HashMap<NodeId, u64>,
+    pub session_timeout_ms: u64,
+    /// `unclean.leader.election.enable` of the cluster (topics can override it).
+    pub unclean_leader_election: bool,
+}
+
+impl Controller {
+    pub fn new(session_timeout_ms: u64, unclean_leader_election: bool) -> Self {
+        Self { last_heartbeat_ms: HashMap::new(), session_timeout_ms, unclean_leader_election }
+    }
+
+    /// Decides `cmd` against `img` at time `now_ms`.
+    pub fn decide(&mut self, img: &MetadataImage, cmd: &Command, now_ms: u64) -> Result<Decision, Refusal> {
+        match cmd {
+            Command::RegisterBroker { node_id, incarnation_id, listeners, rack } => {
+                if let Some(b) = img.brokers.get(node_id)
+                    && b.incarnation_id != *incarnation_id
+                    && !b.fenced
+                    && self.alive(*node_id, now_ms)
+                {
+                    return Err(Refusal::DuplicateBrokerRegistration(format!(
+                        "Another broker is registered with node id {node_id} and is still alive"
+                    )));
+                }
+                self.last_heartbeat_ms.insert(*node_id, now_ms);
+                let mut records = Vec::new();
+                // Its old registration leads nothing any more: move leadership first.
+                if img.brokers.contains_key(node_id) {
+                    records.extend(self.leave_leadership(img, *node_id));
+                }
+                records.push(Record::RegisterBroker {
+                    node_id: *node_id,
+                    incarnation_id: *incarnation_id,
+                    listeners: listeners.clone(),
+                    rack: rack.clone(),
+                });
+                Ok(Decision::new(records, Reply::Done))
+            }
+            Command::Heartbeat { node_id, epoch, shutting_down } => {
+                self.heartbeat(img, *node_id, *epoch, *shutting_down, now_ms)
+            }
+            Command::CreateTopic {
+                name,
+                partitions,
+                replication_factor,
+                assignments,
+                configs,
+                topic_id,
+                validate_only,
+            } => {
+                let d = self.create_topic(
+                    img,
+                    name,
+                    *partitions,
+                    *replication_factor,
+                    assignments.as_deref(),
+                    configs,
+                    *validate_only,
+                )?;
+                match topic_id {
+                    Some(id) if img.topic_by_id(*id).is_some() => {
+                        Err(Refusal::TopicAlreadyExists(format!("Topic id {id} is in use.")))
+                    }
+                    Some(id) => Ok(with_topic_id(d, *id)),
+                    None => Ok(d),
+                }
+            }
+            Command::DeleteTopic { name } => {
+                let t = img.topic(name).ok_or_else(|| unknown_topic(name))?;
+                Ok(Decision::new(vec![Record::RemoveTopic { id: t.id }], Reply::Done))
+            }
+            Command::CreatePartitions { name, count, validate_only } => {
+                let t = img.topic(name).ok_or_else(|| unknown_topic(name))?;
+                let current = t.partitions.len() as i32;
+                if *count < current {
+                    return Err(Refusal::InvalidPartitions(format!(
+                        "Topic currently has {current} partitions, which is higher than the requested {count}."
+                    )));
+                }
+                if *count == current {
+                    return Err(Refusal::InvalidPartitions(format!("Topic already has {current} partitions.")));
+                }
+                let rf = t.partitions.first().map_or(1, |p| p.replicas.len()) as i16;
+                let placed = place(img, current, *count - current, rf)?;
+                if *validate_only {
+                    return Ok(Decision::new(Vec::new(), Reply::Done));
+                }
+                let records = placed
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, replicas)| Record::Partition(new_partition(t.id, current + i as i32, replicas, img)))
+                    .collect();
+                Ok(Decision::new(records, Reply::Done))
+            }
+            Command::SetTopicConfigs { name, configs } => {
+                let t = img.topic(name).ok_or_else(|| unknown_topic(name))?;
+                Ok(Decision::new(config_diff(ConfigResource::Topic(name.clone()), &t.configs, configs), Reply::Done))
+            }
+            Command::SetBrokerConfigs { node, configs } => {
+                let empty = Configs::new();
+                let current = match node {
+                    None => &img.cluster_configs,
+                    Some(n) => img.node_configs.get(n).unwrap_or(&empty),
+                };
+                Ok(Decision::new(config_diff(ConfigResource::Broker(*node), current, configs), Reply::Done))
+            }
+            Command::ReserveProducerIds { below } => {
+                let records = if *below > img.next_producer_id {
+                    vec![Record::ProducerIds { node_id: -1, next: *below }]
+                } else {
+                    Vec::new()
+                };
+                Ok(Decision::new(records, Reply::Done))
+            }
+            Command::AllocateProducerIds { node_id } => {
+                let start = img.next_producer_id;
+                Ok(Decision::new(
+                    vec![Record::ProducerIds { node_id: *node_id, next: start + PRODUCER_ID_BLOCK }],
+                    Reply::ProducerIds { start, len: PRODUCER_ID_BLOCK },
+                ))
+            }
+        }
+    }
+
+    fn alive(&self, node: NodeId, now_ms: u64) -> bool {
+        self.last_heartbeat_ms.get(&node).is_some_and(|t| now_ms.saturating_sub(*t) < self.session_timeout_ms)
+    }
+
+    fn heartbeat(
+        &mut self,
+        img: &MetadataImage,
+        node_id: NodeId,
+        epoch: i64,
+        shutting_down: bool,
+        now_ms: u64,
+    ) -> Result<Decision, Refusal> {
+        let Some(b) = img.brokers.get(&node_id) else {
+            return Err(Refusal::BrokerNotRegistered(format!("broker {node_id} is not registered")));
+        };
+        if b.epoch != epoch {
+            return Err(Refusal::StaleBrokerEpoch(format!(
+                "broker {node_id} heartbeated with epoch {epoch}, but its registration has epoch {}",
+                b.epoch
+            )));
+        }
+        self.last_heartbeat_ms.insert(node_id, now_ms);
+        let mut records = Vec::new();
+        if shutting_down {
+            if !b.in_controlled_shutdown {
+                records.push(Record::BrokerShuttingDown { node_id, epoch });
+                records.extend(self.leave_leadership(img, node_id));
+            }
+            let leads_nothing =
+                records.iter().all(|r| !matches!(r, Record::PartitionChange(_))) && !leads_any(img, node_id);
+            return Ok(Decision::new(records, Reply::Heartbeat { fenced: b.fenced, shutdown_complete: leads_nothing }));
+        }
+        if b.fenced {
+            records.push(Record::UnfenceBroker { node_id, epoch });
+            records.extend(self.rejoin_leadership(img, node_id));
+        }
+        Ok(Decision::new(records, Reply::Heartbeat { fenced: false, shutdown_complete: false }))
+    }
+
+    /// Fences every active broker whose session expired; returns the records (empty if none).
+    pub fn expire_sessions(&mut self, img: &MetadataImage, now_ms: u64) -> Vec<Record> {
+        let mut records = Vec::new();
+        for b in img.brokers.values().filter(|b| !b.fenced) {
+            let last = *self.last_heartbeat_ms.entry(b.node_id).or_insert(now_ms);
+            if now_ms.saturating_sub(last) >= self.session_timeout_ms {
+                records.push(Record::FenceBroker { node_id: b.node_id, epoch: b.epoch });
+                records.extend(self.leave_leadership(img, b.node_id));
+            }
+        }
+        records
+    }
+
+    /// Partition changes that take `node` out of leadership and ISRs: a new leader from the
+    /// rest of the ISR that is active; none left: leaderless (the ISR keeps its last member, as
+    /// Kafka keeps it, so the partition can come back when that broker returns), or with unclean
+    /// election any active replica.
+    fn leave_leadership(&self, img: &MetadataImage, node: NodeId) -> Vec<Record> {
+        let mut out = Vec::new();
+        for t in img.topics.values() {
+            let unclean =
+                t.configs.get("unclean.leader.election.enable").map_or(self.unclean_leader_election, |v| v == "true");
+            for p in &t.partitions {
+                if !p.replicas.contains(&node) {
+                    continue;
+                }
+                let others: Vec<NodeId> = p.isr.iter().copied().filter(|r| *r != node && img.is_active(*r)).collect();
+                if p.leader == node {
+                    let change = if let Some(&l) = others.first() {
+                        Some((l, shrink(&p.isr, node)))
+                    } else if unclean {
+                        p.replicas.iter().copied().find(|r| *r != node && img.is_active(*r)).map(|l| (l, vec![l]))
+                    } else {
+                        None
+                    };
+                    let (leader, isr) = change.unwrap_or((-1, p.isr.clone()));
+                    out.push(Record::PartitionChange(PartitionChange {
+                        topic_id: t.id,
+                        partition: p.partition,
+                        leader: Some(leader),
+                        isr: (isr != p.isr).then_some(isr),
+                        replicas: None,
+                    }));
+                } else if p.isr.contains(&node) && p.isr.len() > 1 {
+                    out.push(Record::PartitionChange(PartitionChange {
+                        topic_id: t.id,
+                        partition: p.partition,
+                        leader: None,
+                        isr: Some(shrink(&p.isr, node)),
+                        replicas: None,
+                    }));
+                }
+            }
+        }
+        out
+    }
+
+    /// Partition changes when `node` becomes active again: leaderless partitions whose ISR holds
+    /// it get it as leader.
+    fn rejoin_leadership(&self, img: &MetadataImage, node: NodeId) -> Vec<Record> {
+        let mut out = Vec::new();
+        for t in img.topics.values() {
+            for p in &t.partitions {
+                if p.leader == -1 && p.isr.contains(&node) {
+                    out.push(Record::PartitionChange(PartitionChange {
+                        topic_id: t.id,
+                        partition: p.partition,
+                        leader: Some(node),
+                        isr: None,
+                        replicas: None,
+                    }));
+                }
+            }
+        }
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create_topic(
+        &self,
+        img: &MetadataImage,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        assignments: Option<&[Vec<NodeId>]>,
+        configs: &Configs,
+        validate_only: bool,
+    ) -> Result<Decision, Refusal> {
+        if img.topic(name).is_some() {
+            return Err(Refusal::TopicAlreadyExists(format!("Topic '{name}' already exists.")));
+        }
+        let placed = match assignments {
+            Some(a) => {
+                for (i, replicas) in a.iter().enumerate() {
+                    let mut seen = replicas.clone();
+                    seen.sort_unstable();
+                    seen.dedup();
+                    if replicas.is_empty() || seen.len() != replicas.len() {
+                        return Err(Refusal::InvalidReplicaAssignment(format!(
+                            "Partition {i} has an empty or duplicate replica list {replicas:?}."
+                        )));
+                    }
+                    if let Some(r) = replicas.iter().find(|r| !img.brokers.contains_key(r)) {
+                        return Err(Refusal::InvalidReplicaAssignment(format!(
+                            "Replica {r} of partition {i} is not a registered broker."
+                        )));
+                    }
+                }
+                a.to_vec()
+            }
+            None => {
+                if partitions <= 0 {
+                    return Err(Refusal::InvalidPartitions(format!(
+                        "Number of partitions must be larger than 0 (got {partitions})."
+                    )));
+                }
+                if replication_factor <= 0 {
+                    return Err(Refusal::InvalidReplicationFactor(
+                        "Replication factor must be larger than 0.".to_string(),
+                    ));
+                }
+                place(img, 0, partitions, replication_factor)?
+            }
+        };
+        if validate_only {
+            return Ok(Decision::new(Vec::new(), Reply::Done));
+        }
+        let id = fresh_topic_id(img);
+        let mut records = vec![Record::Topic { name: name.to_string(), id }];
+        records.extend(configs.iter().map(|(k, v)| Record::Config {
+            resource: ConfigResource::Topic(name.to_string()),
+            key: k.clone(),
+            value: Some(v.clone()),
+        }));
+        let parts: Vec<PartitionRecord> =
+            placed.into_iter().enumerate().map(|(i, r)| new_partition(id, i as i32, r, img)).collect();
+        records.extend(parts.iter().cloned().map(Record::Partition));
+        Ok(Decision::new(records, Reply::TopicCreated { id, partitions: parts }))
+    }
+}
+
+/// The same decision with the new topic's id replaced by `id`.
+fn with_topic_id(mut d: Decision, id: Uuid) -> Decision {
+    for r in &mut d.records {
+        match r {
+            Record::Topic { id: t, .. } => *t = id,
+            Record::Partition(p) => p.topic_id = id,
+            _ => {}
+        }
+    }
+    if let Reply::TopicCreated { id: t, partitions } = &mut d.reply {
+        *t = id;
+        for p in partitions {
+            p.topic_id = id;
+        }
+    }
+    d
+}
+
+fn unknown_topic(name: &str) -> Refusal {
+    Refusal::UnknownTopic(format!("Topic '{name}' does not exist."))
+}
+
+fn shrink(isr: &[NodeId], node: NodeId) -> Vec<NodeId> {
+    isr.iter().copied().filter(|r| *r != node).collect()
+}
+
+fn leads_any(img: &MetadataImage, node: NodeId) -> bool {
+    img.topics.values().any(|t| t.partitions.iter().any(|p| p.leader == node))
+}
+
+/// Topic ids are random, never the all-zero id, never one in use.
+fn fresh_topic_id(img: &MetadataImage) -> Uuid {
+    loop {
+        let id = Uuid::new_v4();
+        if img.topic_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+/// A new partition: the first replica that is active leads; the ISR is the replicas that are
+/// active (all of them are empty, so all are in sync). With no active replica it is leaderless.
+fn new_partition(topic_id: Uuid, partition: i32, replicas: Vec<NodeId>, img: &MetadataImage) -> PartitionRecord {
+    let isr: Vec<NodeId> = replicas.iter().copied().filter(|r| img.is_active(*r)).collect();
+    let leader = isr.first().copied().unwrap_or(-1);
+    let isr = if isr.is_empty() { replicas.clone() } else { isr };
+    PartitionRecord { topic_id, partition, replicas, isr, leader, leader_epoch: 0, partition_epoch: 0 }
+}
+
+/// Rack-aware round robin over the active brokers (Kafka's `StripedReplicaPlacer` idea): brokers
+/// are ordered by alternating racks, partition `p`'s first replica is broker `(start + p) % n`,
+/// and the others follow in that order with a shift that grows every `n` partitions so that
+/// followers spread too. `first` is the index of the first new partition.
+pub fn place(
+    img: &MetadataImage,
+    first: i32,
+    count: i32,
+    replication_factor: i16,
+) -> Result<Vec<Vec<NodeId>>, Refusal> {
+    let brokers = rack_alternating(img);
+    let n = brokers.len();
+    let rf = replication_factor.max(0) as usize;
+    if rf > n {
+        return Err(Refusal::InvalidReplicationFactor(format!(
+            "Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only {n} broker(s) are registered."
+        )));
+    }
+    let rack_of: BTreeMap<NodeId, Option<&str>> =
+        img.brokers.values().map(|b| (b.node_id, b.rack.as_deref())).collect();
+    let mut out = Vec::with_capacity(count.max(0) as usize);
+    for p in first..first + count {
+        let p = p as usize;
+        let lead = p % n;
+        let shift = 1 + (p / n) % (n - 1).max(1);
+        let mut replicas = vec![brokers[lead]];
+        // Followers in order from `lead + shift`: first on racks not used yet, then any.
+        let order: Vec<NodeId> = (0..n).map(|i| brokers[(lead + shift + i) % n]).collect();
+        for new_racks_only in [true, false] {
+            for b in &order {
+                if replicas.len() >= rf {
+                    break;
+                }
+                let used = replicas.iter().any(|r| rack_of.get(r) == rack_of.get(b));
+                if !(replicas.contains(b) || new_racks_only && used) {
+                    replicas.push(*b);
+                }
+            }
+        }
+        out.push(replicas);
+    }
+    Ok(out)
+}
+
+/// Active brokers ordered so that consecutive ones are on different racks where possible
+/// (rack A's first, rack B's first, ..., rack A's second, ...); no racks: by node id.
+fn rack_alternating(img: &MetadataImage) -> Vec<NodeId> {
+    let mut by_rack: BTreeMap<Option<&str>, Vec<NodeId>> = BTreeMap::new();
+    for b in img.active_brokers() {
+        by_rack.entry(b.rack.as_deref()).or_default().push(b.node_id);
+    }
+    let mut out = Vec::new();
+    let mut i = 0;
+    loop {
+        let before = out.len();
+        for ids in by_rack.values() {
+            if let Some(id) = ids.get(i) {
+                out.push(*id);
+            }
+        }
+        if out.len() == before {
+            return out;
+        }
+        i += 1;
+    }
+}
+
+/// Records that turn `current` into `wanted`.
+fn config_diff(resource: ConfigResource, current: &Configs, wanted: &Configs) -> Vec<Record> {
+    let mut out = Vec::new();
+    for (k, v) in wanted {
+        if current.get(k) != Some(v) {
+            out.push(Record::Config { resource: resource.clone(), key: k.clone(), value: Some(v.clone()) });
+        }
+    }
+    for k in current.keys().filter(|k| !wanted.contains_key(*k)) {
+        out.push(Record::Config { resource: resource.clone(), key: k.clone(), value: None });
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used, clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const T: u64 = 9000;
+
+    fn endpoint(id: NodeId) -> Vec<Endpoint> {
+        vec![Endpoint {
+            name: "PLAINTEXT".into(),
+            host: format!("127.0.1.{id}"),
+            port: 9092,
+            security_protocol: "PLAINTEXT".into(),
+        }]
+    }
+
+    /// Applies a decision's records at consecutive indexes.
+    fn commit(img: &mut MetadataImage, d: &Decision) {
+        for r in &d.records {
+            let next = img.version + 1;
+            img.apply(next, r);
+        }
+    }
+
+    /// A cluster of `racks.len()` registered, unfenced brokers with ids 1..=n.
+    fn cluster(racks: &[Option<&str>]) -> (Controller, MetadataImage) {
+        let mut c = Controller::new(T, false);
+        let mut img = MetadataImage::default();
+        for (i, rack) in racks.iter().enumerate() {
+            let id = i as NodeId + 1;
+            let reg = Command::RegisterBroker {
+                node_id: id,
+                incarnation_id: Uuid::new_v4(),
+                listeners: endpoint(id),
+                rack: rack.map(str::to_string),
+            };
+            let d = c.decide(&img, &reg, 0).expect("register");
+            commit(&mut img, &d);
+            let epoch = img.brokers[&id].epoch;
+            let d = c.decide(&img, &Command::Heartbeat { node_id: id, epoch, shutting_down: false }, 0).expect("hb");
+            commit(&mut img, &d);
+            assert!(img.is_active(id));
+        }
+        (c, img)
+    }
+
+    fn create(
+        c: &mut Controller,
+        img: &mut MetadataImage,
+        name: &str,
+        partitions: i32,
+        rf: i16,
+    ) -> Result<(), Refusal> {
+        let cmd = Command::CreateTopic {
+            name: name.into(),
+            partitions,
+            replication_factor: rf,
+            assignments: None,
+            configs: Configs::new(),
+            topic_id: None,
+            validate_only: false,
+        };
+        let d = c.decide(img, &cmd, 0)?;
+        commit(img, &d);
+        Ok(())
+    }
+
+    #[test]
+    fn placement_spreads_leaders_and_followers() {
+        let (mut c, mut img) = cluster(&[None, None, None]);
+        create(&mut c, &mut img, "t", 6, 3).expect("create");
+        let t = img.topic("t").expect("t");
+        let leaders: Vec<NodeId> = t.partitions.iter().map(|p| p.leader).collect();
+        assert_eq!(leaders, vec![1, 2, 3, 1, 2, 3]);
+        for p in &t.partitions {
+            let mut r = p.replicas.clone();
+            r.sort_unstable();
+            assert_eq!(r, vec![1, 2, 3], "{p:?}");
+            assert_eq!(p.isr, p.replicas);
+            assert_eq!(p.leader, p.replicas[0]);
+        }
+        // Followers differ between the two rounds (the shift grows).
+        assert_ne!(t.partitions[0].replicas, t.partitions[3].replicas);
+    }
+
+    #[test]
+    fn placement_alternates_racks() {
+        let (mut c, mut img) = cluster(&[Some("a"), Some("a"), Some("b"), Some("b")]);
+        create(&mut c, &mut img, "t", 8, 2).expect("create");
+        let rack = |id: NodeId| img.brokers[&id].rack.clone();
+        for p in &img.topic("t").expect("t").partitions {
+            assert_ne!(rack(p.replicas[0]), rack(p.replicas[1]), "both replicas on one rack: {p:?}");
+        }
+    }
+
+    #[test]
+    fn create_refusals() {
+        let (mut c, mut img) = cluster(&[None, None]);
+        assert!(matches!(create(&mut c, &mut img, "t", 1, 3), Err(Refusal::InvalidReplicationFactor(_))));
+        assert!(matches!(create(&mut c, &mut img, "t", 0, 1), Err(Refusal::InvalidPartitions(_))));
+        create(&mut c, &mut img, "t", 1, 2).expect("create");
+        assert!(matches!(create(&mut c, &mut img, "t", 1, 1), Err(Refusal::TopicAlreadyExists(_))));
+        let grow = |count| Command::CreatePartitions { name: "t".into(), count, validate_only: false };
+        assert!(matches!(c.decide(&img, &grow(1), 0), Err(Refusal::InvalidPartitions(_))));
+        let d = c.decide(&img, &grow(3), 0).expect("grow");
+        commit(&mut img, &d);
+        let t = img.topic("t").expect("t");
+        assert_eq!(t.partitions.len(), 3);
+        assert!(t.partitions.iter().all(|p| p.replicas.len() == 2));
+    }
+
+    #[test]
+    fn fencing_moves_leaders_within_the_isr_and_back() {
+        let (mut c, mut img) = cluster(&[None, None, None]);
+        create(&mut c, &mut img, "t", 3, 2).expect("create");
+        create(&mut c, &mut img, "single", 1, 1).expect("create");
+        // Brokers 2 and 3 heartbeat; broker 1 goes silent.
+        for id in [2, 3] {
+            let epoch = img.brokers[&id].epoch;
+            c.decide(&img, &Command::Heartbeat { node_id: id, epoch, shutting_down: false }, T - 1).expect("hb");
+        }
+        let records = c.expire_sessions(&img, T + 1);
+        commit(&mut img, &Decision::new(records, Reply::Done));
+        assert!(img.brokers[&1].fenced);
+        assert!(!img.brokers[&2].fenced && !img.brokers[&3].fenced);
+        for p in &img.topic("t").expect("t").partitions {
+            assert_ne!(p.leader, 1, "{p:?}");
+            assert!(!p.isr.contains(&1), "{p:?}");
+            assert!(p.leader > 0);
+        }
+        let moved = img.topic("t").expect("t").partitions.iter().find(|p| p.replicas[0] == 1).expect("p0").clone();
+        assert_eq!(moved.leader_epoch, 1);
+        // Single replica on the fenced broker: offline, ISR kept.
+        let s = img.topic("single").expect("s").partitions[0].clone();
+        if s.replicas == vec![1] {
+            assert_eq!((s.leader, s.isr.clone()), (-1, vec![1]));
+        }
+        // Broker 1 comes back (re-registers, heartbeats): unfenced; a leaderless partition it
+        // holds in its ISR gets it back.
+        let reg =
+            Command::RegisterBroker { node_id: 1, incarnation_id: Uuid::new_v4(), listeners: endpoint(1), rack: None };
+        let d = c.decide(&img, &reg, T + 2).expect("register");
+        commit(&mut img, &d);
+        let epoch = img.brokers[&1].epoch;
+        let d = c.decide(&img, &Command::Heartbeat { node_id: 1, epoch, shutting_down: false }, T + 3).expect("hb");
+        commit(&mut img, &d);
+        assert!(img.is_active(1));
+        let s = &img.topic("single").expect("s").partitions[0];
+        assert!(s.leader > 0, "{s:?}");
+    }
+
+    #[test]
+    fn unclean_election_only_when_enabled() {
+        let (mut c, mut img) = cluster(&[None, None]);
+        let cmd = Command::CreateTopic {
+            name: "t".into(),
+            partitions: 1,
+            replication_factor: 2,
+            assignments: Some(vec![vec![1, 2]]),
+            configs: Configs::new(),
+            topic_id: None,
+            validate_only: false,
+        };
+        let d = c.decide(&img, &cmd, 0).expect("create");
+        commit(&mut img, &d);
+        let id = img.topic("t").expect("t").id;
+        // Follower 2 falls out of the ISR (replication lag), then leader 1 is fenced.
+        let shrink = Record::PartitionChange(PartitionChange {
+            topic_id: id,
+            partition: 0,
+            leader: None,
+            isr: Some(vec![1]),
+            replicas: None,
+        });
+        commit(&mut img, &Decision::new(vec![shrink], Reply::Done));
+        let epoch2 = img.brokers[&2].epoch;
+        c.decide(&img, &Command::Heartbeat { node_id: 2, epoch: epoch2, shutting_down: false }, T).expect("hb");
+        let records = c.expire_sessions(&img, T + 1);
+        commit(&mut img, &Decision::new(records, Reply::Done));
+        assert_eq!(img.topic("t").expect("t").partitions[0].leader, -1, "clean election has no candidate");
+
+        let (mut c, mut img) = cluster(&[None, None]);
+        c.unclean_leader_election = true;
+        let d = c.decide(&img, &cmd, 0).expect("create");
+        commit(&mut img, &d);
+        let id = img.topic("t").expect("t").id;
+        let shrink = Record::PartitionChange(PartitionChange {
+            topic_id: id,
+            partition: 0,
+            leader: None,
+            isr: Some(vec![1]),
+            replicas: None,
+        });
+        commit(&mut img, &Decision::new(vec![shrink], Reply::Done));
+        c.decide(&img, &Command::Heartbeat { node_id: 2, epoch: img.brokers[&2].epoch, shutting_down: false }, T)
+            .expect("hb");
+        let records = c.expire_sessions(&img, T + 1);
+        commit(&mut img, &Decision::new(records, Reply::Done));
+        let p = &img.topic("t").expect("t").partitions[0];
+        assert_eq!((p.leader, p.isr.clone()), (2, vec![2]));
+    }
+
+    #[test]
+    fn controlled_shutdown_hands_over_leadership() {
+        let (mut c, mut img) = cluster(&[None, None]);
+        create(&mut c, &mut img, "t", 2, 2).expect("create");
+        let epoch = img.brokers[&1].epoch;
+        let hb = Command::Heartbeat { node_id: 1, epoch, shutting_down: true };
+        let d = c.decide(&img, &hb, 1).expect("hb");
+        commit(&mut img, &d);
+        assert!(img.topic("t").expect("t").partitions.iter().all(|p| p.leader == 2));
+        let d = c.decide(&img, &hb, 2).expect("hb");
+        assert_eq!(d.reply, Reply::Heartbeat { fenced: false, shutdown_complete: true });
+    }
+
+    #[test]
+    fn stale_heartbeats_and_duplicate_ids_are_refused() {
+        let (mut c, img) = cluster(&[None]);
+        let epoch = img.brokers[&1].epoch;
+        let stale = Command::Heartbeat { node_id: 1, epoch: epoch - 1, shutting_down: false };
+        assert!(matches!(c.decide(&img, &stale, 1), Err(Refusal::StaleBrokerEpoch(_))));
+        let other =
+            Command::RegisterBroker { node_id: 1, incarnation_id: Uuid::new_v4(), listeners: endpoint(1), rack: None };
+        assert!(matches!(c.decide(&img, &other, 1), Err(Refusal::DuplicateBrokerRegistration(_))));
+        // Once its session expired, a new incarnation may take the id.
+        assert!(c.decide(&img, &other, T + 10).is_ok());
+        let unknown = Command::Heartbeat { node_id: 7, epoch: 1, shutting_down: false };
+        assert!(matches!(c.decide(&img, &unknown, 1), Err(Refusal::BrokerNotRegistered(_))));
+    }
+
+    #[test]
+    fn producer_id_blocks_never_repeat() {
+        let (mut c, mut img) = cluster(&[None]);
+        let mut starts = Vec::new();
+        for _ in 0..3 {
+            let d = c.decide(&img, &Command::AllocateProducerIds { node_id: 1 }, 0).expect("alloc");
+            let Reply::ProducerIds { start, len } = d.reply else { panic!("reply {:?}", d.reply) };
+            assert_eq!(len, PRODUCER_ID_BLOCK);
+            starts.push(start);
+            commit(&mut img, &d);
+        }
+        assert_eq!(starts, vec![0, 1000, 2000]);
+    }
+
+    #[test]
+    fn config_changes_are_diffs() {
+        let (mut c, mut img) = cluster(&[None]);
+        let set = |configs: &[(&str, &str)]| Command::SetBrokerConfigs {
+            node: None,
+            configs: configs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        };
+        let d = c.decide(&img, &set(&[("a", "1"), ("b", "2")]), 0).expect("set");
+        commit(&mut img, &d);
+        let d = c.decide(&img, &set(&[("a", "1"), ("c", "3")]), 0).expect("set");
+        assert_eq!(d.records.len(), 2, "{:?}", d.records);
+        commit(&mut img, &d);
+        assert_eq!(img.cluster_configs.keys().collect::<Vec<_>>(), vec!["a", "c"]);
+    }
+}

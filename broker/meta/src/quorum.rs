@@ -1,0 +1,724 @@
+//! The quorum runtime: starts openraft on the RocksDB store, serves the controller gRPC
+//! service, routes commands to the active controller, runs the controller's timers, and
+//! publishes the metadata image to the broker.
+//!
+//! A node with the controller role is a Raft voter and applies the committed log itself. A
+//! broker-only node has no Raft state: it follows the image by long-polling a controller's
+//! `Fetch` (the role of KRaft's metadata fetch), so it never sees uncommitted metadata.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, ServerState, SnapshotPolicy};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+use crate::controller::{Command, Controller, Refusal, Reply};
+use crate::image::MetadataImage;
+use crate::network::{NetworkFactory, channel, decode, encode};
+use crate::raft::{LogStore, Published, Raft, RecordBatch, StateMachine, TypeConfig, open_db};
+use crate::records::NodeId;
+use crate::rpc::Payload;
+use crate::rpc::quorum_client::QuorumClient;
+use crate::rpc::quorum_server::{Quorum as QuorumRpc, QuorumServer};
+
+/// How a node takes part in the metadata quorum.
+#[derive(Debug, Clone)]
+pub struct QuorumConfig {
+    pub node_id: NodeId,
+    /// Voters and their CONTROLLER listener addresses (`controller.quorum.voters`).
+    pub voters: BTreeMap<NodeId, String>,
+    /// This node is a voter (has the controller role).
+    pub controller: bool,
+    /// Where this node's controller service listens (`None` for a single-node quorum, which
+    /// needs no controller traffic, and for broker-only nodes).
+    pub controller_listener: Option<SocketAddr>,
+    /// Source address of this node's outgoing quorum connections (its own address).
+    pub local_ip: Option<IpAddr>,
+    /// Directory of the metadata store (`metadata.log.dir`).
+    pub dir: PathBuf,
+    pub session_timeout_ms: u64,
+    pub unclean_leader_election: bool,
+    /// Bytes of records between snapshots (`metadata.log.max.record.bytes.between.snapshots`).
+    pub snapshot_bytes: u64,
+    pub election_timeout_ms: u64,
+}
+
+/// Errors that stop the quorum from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum QuorumError {
+    #[error("metadata store {path}: {source}")]
+    Store { path: PathBuf, source: rocksdb::Error },
+    #[error("metadata store: {0}")]
+    Storage(String),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("cannot bind the controller listener {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+}
+
+/// Why a command did not take effect.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+pub enum CommandError {
+    #[error(transparent)]
+    Refused(Refusal),
+    #[error("node {node} is not the active controller (leader: {leader:?})")]
+    NotController { node: NodeId, leader: Option<NodeId> },
+    #[error("the metadata quorum is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// A command's result: the image version that holds its effect, and its reply.
+pub type CommandResult = Result<(u64, Reply), CommandError>;
+
+#[derive(Serialize, Deserialize)]
+struct FetchRequest {
+    after_version: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct FetchReply {
+    leader: Option<NodeId>,
+    #[serde(default)]
+    leader_addr: Option<String>,
+    image: Option<MetadataImage>,
+}
+
+/// One voter's replication state as the leader sees it (DescribeQuorum).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VoterState {
+    pub node_id: NodeId,
+    /// Index of the last entry known to be on that voter (-1: unknown).
+    pub log_end_offset: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuorumState {
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub high_watermark: i64,
+    pub voters: Vec<VoterState>,
+    /// Learners (controllers being added), as DescribeQuorum's observers.
+    pub learners: Vec<VoterState>,
+    /// CONTROLLER listener address of every voter and learner.
+    pub endpoints: BTreeMap<NodeId, String>,
+}
+
+/// Changes to the quorum itself (KIP-853) and its description; run by the leader.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum QuorumAdmin {
+    /// Adds `node_id` (listening at `addr`) as a learner, waits until it has caught up, then
+    /// makes it a voter.
+    AddVoter {
+        node_id: NodeId,
+        addr: String,
+    },
+    RemoveVoter {
+        node_id: NodeId,
+    },
+    Describe,
+}
+
+/// Why a quorum change was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum AdminRefusal {
+    #[error("node {0} is already a voter")]
+    DuplicateVoter(NodeId),
+    #[error("node {0} is not a voter")]
+    VoterNotFound(NodeId),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AdminReply {
+    Done,
+    State(QuorumState),
+}
+
+/// A quorum admin request's result.
+pub type AdminResult = Result<Result<AdminReply, AdminRefusal>, CommandError>;
+
+struct Inner {
+    cfg: QuorumConfig,
+    raft: Option<Raft>,
+    image: watch::Receiver<Arc<MetadataImage>>,
+    published: Arc<Published>,
+    controller: tokio::sync::Mutex<Controller>,
+    clients: Mutex<BTreeMap<NodeId, QuorumClient<Channel>>>,
+    /// CONTROLLER addresses of the quorum's members: configured voters, then what the
+    /// membership log and fetch replies tell.
+    addrs: Mutex<BTreeMap<NodeId, String>>,
+    /// Leader as last heard (broker-only nodes learn it from fetch replies).
+    leader_hint: AtomicU64,
+}
+
+/// A handle on this node's view of the metadata quorum.
+#[derive(Clone)]
+pub struct Quorum {
+    inner: Arc<Inner>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+const NO_LEADER: u64 = u64::MAX;
+
+impl Quorum {
+    /// Starts this node's part of the quorum; its tasks run in `tasks` until `shutdown`.
+    pub async fn start(
+        cfg: QuorumConfig,
+        tasks: &mut JoinSet<()>,
+        shutdown: CancellationToken,
+    ) -> Result<Quorum, QuorumError> {
+        let (tx, rx) = watch::channel(Arc::new(MetadataImage::default()));
+        let published = Arc::new(Published { image: tx, bytes_since_snapshot: AtomicU64::new(0) });
+        let raft = if cfg.controller { Some(start_raft(&cfg, published.clone()).await?) } else { None };
+        let inner = Arc::new(Inner {
+            controller: tokio::sync::Mutex::new(Controller::new(cfg.session_timeout_ms, cfg.unclean_leader_election)),
+            addrs: Mutex::new(cfg.voters.clone()),
+            cfg,
+            raft,
+            image: rx,
+            published,
+            clients: Mutex::new(BTreeMap::new()),
+            leader_hint: AtomicU64::new(NO_LEADER),
+        });
+        let q = Quorum { inner };
+        if let Some(addr) = q.inner.cfg.controller_listener {
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.map_err(|source| QuorumError::Bind { addr, source })?;
+            let service = QuorumServer::new(Service { q: q.clone() }).max_decoding_message_size(256 << 20);
+            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            let stop = shutdown.clone();
+            tasks.spawn(async move {
+                let r = tonic::transport::Server::builder()
+                    .add_service(service)
+                    .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                    .await;
+                if let Err(e) = r {
+                    tracing::error!(error = %e, "controller listener failed");
+                }
+            });
+            tracing::info!(%addr, voters = ?q.inner.cfg.voters, "controller listener started");
+        }
+        if q.inner.raft.is_some() {
+            let q2 = q.clone();
+            let stop = shutdown.clone();
+            tasks.spawn(async move { q2.controller_loop(stop).await });
+        }
+        // Broker-only nodes, and controllers that are not (or no longer) members of the
+        // quorum, follow the image from the voters.
+        let q2 = q.clone();
+        let stop = shutdown.clone();
+        tasks.spawn(async move { q2.follow_loop(stop).await });
+        Ok(q)
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.inner.cfg.node_id
+    }
+
+    pub fn is_controller(&self) -> bool {
+        self.inner.raft.is_some()
+    }
+
+    /// The latest image this node holds.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.inner.image.borrow().clone()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<Arc<MetadataImage>> {
+        self.inner.image.clone()
+    }
+
+    /// Waits until this node's image is at `version` or newer; false on timeout.
+    pub async fn wait_for_version(&self, version: u64, timeout: Duration) -> bool {
+        let mut rx = self.inner.image.clone();
+        tokio::time::timeout(timeout, rx.wait_for(|i| i.version >= version)).await.is_ok_and(|r| r.is_ok())
+    }
+
+    /// The active controller as this node knows it.
+    pub fn leader(&self) -> Option<NodeId> {
+        match &self.inner.raft {
+            Some(raft) => raft.metrics().borrow().current_leader.map(|l| l as NodeId),
+            None => match self.inner.leader_hint.load(Ordering::Relaxed) {
+                NO_LEADER => None,
+                l => Some(l as NodeId),
+            },
+        }
+    }
+
+    /// Whether this node is a voter or learner in the membership it knows.
+    fn is_member(&self) -> bool {
+        let Some(raft) = &self.inner.raft else { return false };
+        let m = raft.metrics().borrow().clone();
+        let me = self.node_id() as u64;
+        m.membership_config.membership().get_node(&me).is_some()
+    }
+
+    /// The quorum as this node sees it (complete on the leader).
+    pub fn state(&self) -> Option<QuorumState> {
+        let raft = self.inner.raft.as_ref()?;
+        let m = raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let replication = m.replication.clone().unwrap_or_default();
+        let voters = membership
+            .voter_ids()
+            .map(|id| VoterState {
+                node_id: id as NodeId,
+                log_end_offset: if Some(id) == m.current_leader {
+                    m.last_log_index.map_or(-1, |i| i as i64)
+                } else {
+                    replication.get(&id).and_then(|l| l.map(|l| l.index as i64)).unwrap_or(-1)
+                },
+            })
+            .collect();
+        let learners = membership
+            .learner_ids()
+            .map(|id| VoterState {
+                node_id: id as NodeId,
+                log_end_offset: replication.get(&id).and_then(|l| l.map(|l| l.index as i64)).unwrap_or(-1),
+            })
+            .collect();
+        let endpoints = membership.nodes().map(|(id, n)| (*id as NodeId, n.addr.clone())).collect();
+        Some(QuorumState {
+            leader: m.current_leader.map(|l| l as NodeId),
+            term: m.current_term,
+            high_watermark: m.last_applied.map_or(-1, |l| l.index as i64),
+            voters,
+            learners,
+            endpoints,
+        })
+    }
+
+    /// Runs `cmd` on the active controller, wherever it is; retries while there is no leader
+    /// or it moves, until `timeout`.
+    pub async fn execute(&self, cmd: Command, timeout: Duration) -> CommandResult {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last;
+        let mut tried_hint = None;
+        loop {
+            let target = self.leader().filter(|l| Some(*l) != tried_hint).or_else(|| self.any_voter(&tried_hint));
+            let result = match target {
+                Some(t) if t == self.node_id() && self.is_controller() => self.execute_local(&cmd).await,
+                Some(t) => self.execute_remote(t, &cmd).await,
+                None => Err(CommandError::Unavailable("no controller is known".into())),
+            };
+            match result {
+                Err(CommandError::NotController { leader, .. }) => {
+                    if let Some(l) = leader {
+                        self.inner.leader_hint.store(l as u64, Ordering::Relaxed);
+                    }
+                    tried_hint = target;
+                    last = CommandError::Unavailable("the active controller moved".into());
+                }
+                Err(CommandError::Unavailable(e)) => {
+                    tried_hint = target;
+                    last = CommandError::Unavailable(e);
+                }
+                other => return other,
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(last);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Runs a quorum admin request on the leader, wherever it is.
+    pub async fn admin(&self, req: QuorumAdmin, timeout: Duration) -> AdminResult {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut tried = None;
+        loop {
+            let target = self.leader().filter(|l| Some(*l) != tried).or_else(|| self.any_voter(&tried));
+            let result = match target {
+                Some(t) if t == self.node_id() && self.is_controller() => self.admin_local(&req).await,
+                Some(t) => match self.client(t) {
+                    None => Err(CommandError::Unavailable(format!("no address for controller {t}"))),
+                    Some(mut client) => {
+                        let mut r = Request::new(encode(&req));
+                        r.set_timeout(timeout);
+                        match client.quorum_admin(r).await {
+                            Ok(reply) => decode::<AdminResult>(reply.get_ref()).unwrap_or_else(|e| {
+                                Err(CommandError::Unavailable(format!("bad reply from controller {t}: {e}")))
+                            }),
+                            Err(s) => Err(CommandError::Unavailable(format!("controller {t}: {}", s.message()))),
+                        }
+                    }
+                },
+                None => Err(CommandError::Unavailable("no controller is known".into())),
+            };
+            match result {
+                Err(CommandError::NotController { leader, .. }) => {
+                    if let Some(l) = leader {
+                        self.inner.leader_hint.store(l as u64, Ordering::Relaxed);
+                    }
+                    tried = target;
+                }
+                Err(CommandError::Unavailable(_)) => tried = target,
+                other => return other,
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(CommandError::Unavailable("no active controller answered".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn admin_local(&self, req: &QuorumAdmin) -> AdminResult {
+        let Some(raft) = &self.inner.raft else { return Err(self.not_controller()) };
+        if !leader_ready(raft).await {
+            return Err(self.not_controller());
+        }
+        let state = self.state().ok_or_else(|| self.not_controller())?;
+        let is_voter = |id: NodeId| state.voters.iter().any(|v| v.node_id == id);
+        let unavailable = |e: &dyn std::fmt::Display| CommandError::Unavailable(e.to_string());
+        match req {
+            QuorumAdmin::Describe => Ok(Ok(AdminReply::State(state))),
+            QuorumAdmin::AddVoter { node_id, addr } => {
+                if is_voter(*node_id) {
+                    return Ok(Err(AdminRefusal::DuplicateVoter(*node_id)));
+                }
+                tracing::info!(node = node_id, %addr, "adding a voter: as a learner first, until it has caught up");
+                raft.add_learner(*node_id as u64, BasicNode { addr: addr.clone() }, true)
+                    .await
+                    .map_err(|e| unavailable(&e))?;
+                let ids: std::collections::BTreeSet<u64> = [*node_id as u64].into();
+                raft.change_membership(openraft::ChangeMembers::AddVoterIds(ids), false)
+                    .await
+                    .map_err(|e| unavailable(&e))?;
+                tracing::info!(node = node_id, "voter added");
+                Ok(Ok(AdminReply::Done))
+            }
+            QuorumAdmin::RemoveVoter { node_id } => {
+                if !is_voter(*node_id) {
+                    return Ok(Err(AdminRefusal::VoterNotFound(*node_id)));
+                }
+                if state.voters.len() == 1 {
+                    return Ok(Err(AdminRefusal::Invalid("cannot remove the last voter".into())));
+                }
+                if Some(*node_id) == state.leader {
+                    return Ok(Err(AdminRefusal::Invalid(format!(
+                        "node {node_id} is the active controller; removing it is not supported yet (remove the other voters first, or stop it so another node leads)"
+                    ))));
+                }
+                // The removed voter stays a learner (an observer, as in KIP-853): while it runs
+                // it keeps receiving the metadata log, so its broker side stays current.
+                let ids: std::collections::BTreeSet<u64> = [*node_id as u64].into();
+                raft.change_membership(openraft::ChangeMembers::RemoveVoters(ids), true)
+                    .await
+                    .map_err(|e| unavailable(&e))?;
+                tracing::info!(node = node_id, "voter removed");
+                Ok(Ok(AdminReply::Done))
+            }
+        }
+    }
+
+    fn any_voter(&self, not: &Option<NodeId>) -> Option<NodeId> {
+        let voters: Vec<NodeId> = self.inner.addrs.lock().keys().copied().filter(|v| Some(*v) != *not).collect();
+        if voters.is_empty() {
+            return None;
+        }
+        Some(voters[(now_ms() as usize / 100) % voters.len()])
+    }
+
+    fn client(&self, node: NodeId) -> Option<QuorumClient<Channel>> {
+        let mut clients = self.inner.clients.lock();
+        if let Some(c) = clients.get(&node) {
+            return Some(c.clone());
+        }
+        let addr = self.inner.addrs.lock().get(&node)?.clone();
+        let c = QuorumClient::new(channel(&addr, self.inner.cfg.local_ip).ok()?).max_decoding_message_size(256 << 20);
+        clients.insert(node, c.clone());
+        Some(c)
+    }
+
+    async fn execute_remote(&self, node: NodeId, cmd: &Command) -> CommandResult {
+        let Some(mut client) = self.client(node) else {
+            return Err(CommandError::Unavailable(format!("no address for controller {node}")));
+        };
+        // Bounded per attempt, so a caller stuck on a leader that was cut off moves on to the
+        // new one well within a broker session (heartbeats above all).
+        let attempt = match cmd {
+            Command::Heartbeat { .. } => Duration::from_millis((self.inner.cfg.session_timeout_ms / 3).max(200)),
+            _ => Duration::from_secs(5),
+        };
+        let mut req = Request::new(encode(cmd));
+        req.set_timeout(attempt);
+        match client.command(req).await {
+            Ok(reply) => decode::<CommandResult>(reply.get_ref())
+                .unwrap_or_else(|e| Err(CommandError::Unavailable(format!("bad reply from controller {node}: {e}")))),
+            Err(s) => Err(CommandError::Unavailable(format!("controller {node}: {}", s.message()))),
+        }
+    }
+
+    fn not_controller(&self) -> CommandError {
+        CommandError::NotController { node: self.node_id(), leader: self.leader() }
+    }
+
+    /// Decides and writes `cmd` here, if this node is the active controller. One command at a
+    /// time, each against the image with every record committed before it.
+    async fn execute_local(&self, cmd: &Command) -> CommandResult {
+        let Some(raft) = &self.inner.raft else { return Err(self.not_controller()) };
+        if !leader_ready(raft).await {
+            return Err(self.not_controller());
+        }
+        // A heartbeat is the broker's proof that it is still part of the cluster: answer it
+        // only with a majority's confirmation that this node still leads, so a leader cut off
+        // from the quorum cannot keep its own broker believing it is unfenced. (Writes need no
+        // such check: they commit through the quorum or not at all.)
+        if matches!(cmd, Command::Heartbeat { .. }) && raft.ensure_linearizable().await.is_err() {
+            return Err(self.not_controller());
+        }
+        let mut controller = self.inner.controller.lock().await;
+        let image = self.image();
+        let decision = controller.decide(&image, cmd, now_ms()).map_err(CommandError::Refused)?;
+        if decision.records.is_empty() {
+            return Ok((image.version, decision.reply));
+        }
+        let version = self.write(raft, decision.records).await?;
+        Ok((version, decision.reply))
+    }
+
+    async fn write(&self, raft: &Raft, records: Vec<crate::records::Record>) -> Result<u64, CommandError> {
+        match raft.client_write(RecordBatch { records }).await {
+            Ok(r) => Ok(r.data.version),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(self.not_controller()),
+            Err(e) => Err(CommandError::Unavailable(e.to_string())),
+        }
+    }
+
+    /// The active controller's timers: broker sessions; every controller's snapshots.
+    async fn controller_loop(self, stop: CancellationToken) {
+        let Some(raft) = self.inner.raft.clone() else { return };
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut was_leader = false;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let leader = {
+                let m = raft.metrics().borrow().clone();
+                let mut addrs = self.inner.addrs.lock();
+                for (id, n) in m.membership_config.membership().nodes() {
+                    addrs.insert(*id as NodeId, n.addr.clone());
+                }
+                m.state == ServerState::Leader
+            };
+            if leader {
+                let mut controller = self.inner.controller.lock().await;
+                if !was_leader {
+                    tracing::info!(node = self.node_id(), "became the active controller");
+                    *controller =
+                        Controller::new(self.inner.cfg.session_timeout_ms, self.inner.cfg.unclean_leader_election);
+                }
+                let records = controller.expire_sessions(&self.image(), now_ms());
+                if !records.is_empty() {
+                    let fenced: Vec<_> = records
+                        .iter()
+                        .filter_map(|r| match r {
+                            crate::records::Record::FenceBroker { node_id, .. } => Some(*node_id),
+                            _ => None,
+                        })
+                        .collect();
+                    tracing::warn!(brokers = ?fenced, "fencing brokers whose session expired");
+                    if let Err(e) = self.write(&raft, records).await {
+                        tracing::warn!(error = %e, "could not fence brokers");
+                    }
+                }
+            }
+            was_leader = leader;
+            if self.inner.published.bytes_since_snapshot.load(Ordering::Relaxed) >= self.inner.cfg.snapshot_bytes {
+                self.inner.published.bytes_since_snapshot.store(0, Ordering::Relaxed);
+                let _ = raft.trigger().snapshot().await;
+            }
+        }
+        let _ = raft.shutdown().await;
+    }
+
+    /// Broker-only nodes: follow the committed image by long-polling controllers.
+    async fn follow_loop(self, stop: CancellationToken) {
+        let mut tried = None;
+        loop {
+            if self.is_member() {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                }
+            }
+            let Some(node) = self.leader().filter(|l| Some(*l) != tried).or_else(|| self.any_voter(&tried)) else {
+                tracing::error!("no controller in controller.quorum.voters");
+                return;
+            };
+            let after = self.image().version;
+            let fetched = async {
+                let mut client = self.client(node)?;
+                let mut req = Request::new(encode(&FetchRequest { after_version: after }));
+                req.set_timeout(Duration::from_secs(10));
+                let reply = client.fetch(req).await.ok()?;
+                decode::<FetchReply>(reply.get_ref()).ok()
+            };
+            let reply = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = fetched => r,
+            };
+            match reply {
+                Some(r) => {
+                    tried = None;
+                    self.inner.leader_hint.store(r.leader.map_or(NO_LEADER, |l| l as u64), Ordering::Relaxed);
+                    if let (Some(l), Some(addr)) = (r.leader, r.leader_addr) {
+                        self.inner.addrs.lock().entry(l).or_insert(addr);
+                    }
+                    if let Some(mut image) = r.image
+                        && image.version > after
+                    {
+                        image.reindex();
+                        let image = Arc::new(image);
+                        self.inner.published.image.send_if_modified(|cur| {
+                            let newer = image.version > cur.version;
+                            if newer {
+                                *cur = image.clone();
+                            }
+                            newer
+                        });
+                    }
+                }
+                None => {
+                    tried = Some(node);
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether this node leads and its state machine has applied an entry of its own term (the
+/// blank entry a new leader commits first), so its image holds everything committed before.
+/// Waits briefly for a new leader to get there. Cheap: no round trip to the quorum (a deposed
+/// leader that does not know it yet decides on a stale image, but cannot commit the result).
+async fn leader_ready(raft: &Raft) -> bool {
+    let mut rx = raft.metrics();
+    let ready = |m: &openraft::RaftMetrics<u64, BasicNode>| {
+        m.state == ServerState::Leader && m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term)
+    };
+    if ready(&rx.borrow()) {
+        return true;
+    }
+    let wait = rx.wait_for(|m| ready(m) || m.state != ServerState::Leader);
+    match tokio::time::timeout(Duration::from_secs(3), wait).await {
+        Ok(Ok(m)) => ready(&m),
+        _ => false,
+    }
+}
+
+async fn start_raft(cfg: &QuorumConfig, published: Arc<Published>) -> Result<Raft, QuorumError> {
+    let path = cfg.dir.join("__cluster_metadata-raft");
+    std::fs::create_dir_all(&path)
+        .map_err(|e| QuorumError::Storage(format!("cannot create {}: {e}", path.display())))?;
+    let db = open_db(&path).map_err(|source| QuorumError::Store { path: path.clone(), source })?;
+    let log = LogStore::new(db.clone());
+    let sm = StateMachine::open(db, published).map_err(|e| QuorumError::Storage(e.to_string()))?;
+    let t = cfg.election_timeout_ms.max(100);
+    let config = openraft::Config {
+        cluster_name: "oxbow".into(),
+        // openraft waits a leader lease (the max) plus a random timeout in [min, max) before
+        // it elects: with these, a follower starts an election 1.5t to 2t after it last heard
+        // from the leader.
+        heartbeat_interval: (t / 10).max(20),
+        election_timeout_min: t / 2,
+        election_timeout_max: t,
+        install_snapshot_timeout: 10_000,
+        // Snapshots are triggered by bytes of records (controller_loop), as Kafka's
+        // metadata.log.max.record.bytes.between.snapshots.
+        snapshot_policy: SnapshotPolicy::Never,
+        max_in_snapshot_log_to_keep: 100,
+        ..Default::default()
+    };
+    let config = Arc::new(config.validate().map_err(|e| QuorumError::Raft(e.to_string()))?);
+    let id = cfg.node_id as u64;
+    let raft = Raft::new(id, config, NetworkFactory { local_ip: cfg.local_ip }, log, sm)
+        .await
+        .map_err(|e| QuorumError::Raft(e.to_string()))?;
+    let initialized = raft.is_initialized().await.map_err(|e| QuorumError::Raft(e.to_string()))?;
+    if !initialized && cfg.voters.contains_key(&cfg.node_id) {
+        // Static voters: every voter proposes the same initial membership; openraft accepts it
+        // once (the same log id everywhere) and the others learn it by replication.
+        let members: BTreeMap<u64, BasicNode> =
+            cfg.voters.iter().map(|(id, addr)| (*id as u64, BasicNode { addr: addr.clone() })).collect();
+        if let Err(e) = raft.initialize(members).await {
+            tracing::debug!(error = %e, "quorum already initialized");
+        }
+    }
+    Ok(raft)
+}
+
+struct Service {
+    q: Quorum,
+}
+
+fn bad_request(e: serde_json::Error) -> Status {
+    Status::invalid_argument(format!("cannot decode the request: {e}"))
+}
+
+impl Service {
+    fn raft(&self) -> Result<&Raft, Status> {
+        self.q.inner.raft.as_ref().ok_or_else(|| Status::unavailable("not a controller"))
+    }
+}
+
+#[tonic::async_trait]
+impl QuorumRpc for Service {
+    async fn append_entries(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let rpc = decode(req.get_ref()).map_err(bad_request)?;
+        Ok(Response::new(encode(&self.raft()?.append_entries(rpc).await)))
+    }
+
+    async fn vote(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let rpc = decode(req.get_ref()).map_err(bad_request)?;
+        Ok(Response::new(encode(&self.raft()?.vote(rpc).await)))
+    }
+
+    async fn install_snapshot(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let rpc: openraft::raft::InstallSnapshotRequest<TypeConfig> = decode(req.get_ref()).map_err(bad_request)?;
+        Ok(Response::new(encode(&self.raft()?.install_snapshot(rpc).await)))
+    }
+
+    async fn command(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let cmd: Command = decode(req.get_ref()).map_err(bad_request)?;
+        let result = self.q.execute_local(&cmd).await;
+        Ok(Response::new(encode(&result)))
+    }
+
+    async fn fetch(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let f: FetchRequest = decode(req.get_ref()).map_err(bad_request)?;
+        let mut rx = self.q.subscribe();
+        let _ = tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|i| i.version > f.after_version)).await;
+        let image = self.q.image();
+        let image = (image.version > f.after_version).then(|| (*image).clone());
+        let leader = self.q.leader();
+        let leader_addr = leader.and_then(|l| self.q.inner.addrs.lock().get(&l).cloned());
+        Ok(Response::new(encode(&FetchReply { leader, leader_addr, image })))
+    }
+
+    async fn quorum_admin(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        let a: QuorumAdmin = decode(req.get_ref()).map_err(bad_request)?;
+        Ok(Response::new(encode(&self.q.admin_local(&a).await)))
+    }
+}

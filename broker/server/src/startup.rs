@@ -1,0 +1,133 @@
+//! A broker's life in the cluster: registration with the active controller, heartbeats that
+//! keep it unfenced, the import of pre-quorum single-node metadata, and controlled shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use oxbow_meta::Command;
+use oxbow_protocol::ResponseError;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::Broker;
+use crate::errors::ApiError;
+use crate::metadata::Legacy;
+
+/// Registers and heartbeats until the controller unfences this broker. Retries while there is
+/// no quorum yet (other voters still starting) or the previous incarnation's session has not
+/// expired (DUPLICATE_BROKER_REGISTRATION, after a crash).
+pub async fn join_cluster(broker: &Broker) {
+    let mut attempts = 0u32;
+    loop {
+        match broker.register().await {
+            Ok(_) => break,
+            Err(e) => {
+                attempts += 1;
+                tracing::warn!(error = %e.message, code = ?e.error, attempts, "registration failed; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    loop {
+        match broker.heartbeat(false).await {
+            Ok((false, _)) => break,
+            Ok((true, _)) => {}
+            Err(e) if is_registration_lost(&e) => {
+                Box::pin(join_cluster(broker)).await;
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e.message, "heartbeat failed; retrying"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tracing::info!(node = broker.node_id(), epoch = broker.broker_epoch(), "broker unfenced");
+}
+
+fn is_registration_lost(e: &ApiError) -> bool {
+    matches!(e.error, ResponseError::StaleBrokerEpoch | ResponseError::BrokerIdNotRegistered)
+}
+
+/// Heartbeats every `broker.heartbeat.interval.ms` until `stop`; re-registers if the
+/// controller lost this broker's registration.
+pub async fn heartbeats(broker: Arc<Broker>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_millis(broker.config.heartbeat_interval_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let beat = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = broker.heartbeat(false) => r,
+        };
+        match beat {
+            Ok((true, _)) => tracing::warn!("this broker is fenced; heartbeating to be unfenced"),
+            Ok(_) => {}
+            Err(e) if is_registration_lost(&e) => {
+                tracing::warn!(error = %e.message, "registration lost; registering again");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = join_cluster(&broker) => {}
+                }
+            }
+            Err(e) => tracing::warn!(error = %e.message, "heartbeat failed"),
+        }
+    }
+}
+
+/// Tells the active controller this broker is going away, so it leads nothing and clients
+/// move on at once instead of after the session timeout. Best effort, bounded.
+pub async fn controlled_shutdown(broker: &Broker) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::time::Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(2), broker.heartbeat(true)).await {
+            Ok(Ok((_, true))) => {
+                tracing::info!("controlled shutdown: this broker leads no partition");
+                return;
+            }
+            Ok(Ok(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e.message, "controlled shutdown heartbeat failed");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!("controlled shutdown: the controller did not answer");
+                return;
+            }
+        }
+    }
+}
+
+/// Imports the topics, dynamic configs and producer id counter of a single-node version that
+/// predates the metadata quorum, keeping topic ids (partition directories carry them).
+pub async fn import_legacy(broker: &Broker, legacy: Legacy) -> anyhow::Result<()> {
+    if !broker.image().topics.is_empty() {
+        tracing::warn!(path = %legacy.path.display(), "the metadata quorum already has topics; not importing the old metadata file");
+        legacy.mark_imported()?;
+        return Ok(());
+    }
+    let me = broker.node_id();
+    for t in &legacy.file.topics {
+        let cmd = Command::CreateTopic {
+            name: t.name.clone(),
+            partitions: t.partitions,
+            replication_factor: 1,
+            assignments: Some(vec![vec![me]; t.partitions.max(0) as usize]),
+            configs: t.configs.clone(),
+            topic_id: Some(t.id),
+            validate_only: false,
+        };
+        broker.execute(cmd).await.map_err(|e| anyhow::anyhow!("importing topic {}: {}", t.name, e.message))?;
+    }
+    if !legacy.file.broker_configs.is_empty() {
+        let cmd = Command::SetBrokerConfigs { node: None, configs: legacy.file.broker_configs.clone() };
+        broker.execute(cmd).await.map_err(|e| anyhow::anyhow!("importing broker configs: {}", e.message))?;
+    }
+    broker
+        .execute(Command::ReserveProducerIds { below: legacy.next_producer_id })
+        .await
+        .map_err(|e| anyhow::anyhow!("importing the producer id counter: {}", e.message))?;
+    legacy.mark_imported()?;
+    tracing::info!(topics = legacy.file.topics.len(), "imported the single-node metadata of an earlier version");
+    Ok(())
+}

@@ -1,0 +1,416 @@
+"""Multi-node clusters on the metadata quorum (openraft + RocksDB), driven by real clients.
+
+Every cluster runs on loopback addresses 127.0.1.N (tests/clients/oxbow_cluster.py): voters are
+combined broker+controller nodes, later nodes broker-only. Clients are librdkafka
+(confluent-kafka) admin clients, producers and consumers.
+
+Timings are printed (run with -s to see them), never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oxbow_cluster import Cluster
+from oxbow_harness import consume_all, flush_all, require_broker_binary, wait_until
+
+
+@pytest.fixture
+def cluster_factory(request, tmp_path):
+    clusters: list[Cluster] = []
+
+    def make(controllers: int = 3, brokers: int = 0, overrides: dict[str, str] | None = None, observers: int = 0) -> Cluster:
+        c = Cluster(require_broker_binary(), tmp_path, controllers, brokers, overrides, observers=observers)
+        clusters.append(c)
+        request.node._oxbow_brokers = [n for c in clusters for n in c.nodes]
+        c.start()
+        return c
+
+    yield make
+    for c in clusters:
+        c.close()
+
+
+def admin(node_or_bootstrap) -> AdminClient:
+    bootstrap = node_or_bootstrap if isinstance(node_or_bootstrap, str) else node_or_bootstrap.bootstrap
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+
+
+def create(adm: AdminClient, name: str, partitions: int = 3, **kw) -> None:
+    fut = adm.create_topics([NewTopic(name, num_partitions=partitions, **kw)], operation_timeout=30, request_timeout=40)
+    fut[name].result(timeout=60)
+
+
+def controller_of(node) -> int:
+    """The active controller, asked through `node` (its GET /quorum, answered by the leader)."""
+    return node.leader()
+
+
+def topic_view(adm: AdminClient) -> dict[str, tuple]:
+    """name -> (partition count, leaders in partition order) as one node's metadata shows it."""
+    md = adm.list_topics(timeout=10)
+    return {
+        name: (len(t.partitions), tuple(t.partitions[p].leader for p in sorted(t.partitions)))
+        for name, t in md.topics.items()
+    }
+
+
+def topic_ids(adm: AdminClient, names: list[str]) -> dict[str, str]:
+    futs = adm.describe_topics(TopicCollection(names), request_timeout=15)
+    return {name: str(f.result(timeout=20).topic_id) for name, f in futs.items()}
+
+
+def test_topics_created_through_any_node_are_seen_by_every_node(cluster_factory):
+    c = cluster_factory(controllers=3, brokers=1)
+    for n in c.nodes:
+        create(admin(n), f"from-node-{n.node_id}", partitions=4)
+    names = sorted(f"from-node-{n.node_id}" for n in c.nodes)
+
+    views, ids, controllers, broker_lists = {}, {}, set(), {}
+    for n in c.nodes:
+        adm = admin(n)
+        wait_until(lambda: all(name in topic_view(adm) for name in names), 15, f"node {n.node_id} sees all topics")
+        views[n.node_id] = {k: v for k, v in topic_view(adm).items() if k in names}
+        ids[n.node_id] = topic_ids(adm, names)
+        controllers.add(controller_of(n))
+        broker_lists[n.node_id] = sorted(b.id for b in adm.list_topics(timeout=10).brokers.values())
+
+    first = views[c.nodes[0].node_id]
+    for node, view in views.items():
+        assert view == first, f"node {node} disagrees on topics/leaders: {view} vs {first}"
+        assert ids[node] == ids[c.nodes[0].node_id], f"node {node} disagrees on topic ids"
+        assert broker_lists[node] == [1, 2, 3, 4], f"node {node} lists brokers {broker_lists[node]}"
+    assert len(controllers) == 1 and controllers <= {1, 2, 3}, f"controllers seen: {controllers}"
+    leaders = {leader for count, ls in first.values() for leader in ls}
+    assert leaders == {1, 2, 3, 4}, f"partitions are led by {leaders}: placement should use every broker"
+    assert all(count == 4 for count, _ in first.values())
+
+    # Records go to each partition's leader, wherever it is, and come back.
+    p = Producer({"bootstrap.servers": c.nodes[0].bootstrap, "linger.ms": 5})
+    for i in range(400):
+        p.produce("from-node-1", key=f"k{i}".encode(), value=f"v{i}".encode())
+    flush_all(p)
+    got = consume_all(c.nodes[-1], "from-node-1", partitions=range(4))
+    values = [r.value.decode() for recs in got.values() for r in recs]
+    assert sorted(values) == sorted(f"v{i}" for i in range(400))
+    assert sum(1 for recs in got.values() if recs) > 1, "keys spread over several partitions"
+
+
+def test_active_controller_killed_while_topics_are_created(cluster_factory):
+    c = cluster_factory(controllers=3)
+    leader = controller_of(c.nodes[0])
+    entry = next(n for n in c.nodes if n.node_id != leader)
+    adm = admin(entry)
+
+    created: dict[str, str] = {}
+    errors: list[str] = []
+    stop = threading.Event()
+    count = {"n": 0}
+
+    def create_loop():
+        i = 0
+        while not stop.is_set() and i < 400:
+            name = f"failover-{i}"
+            try:
+                create(adm, name, partitions=2)
+                created[name] = "ok"
+            except KafkaException as e:
+                err = e.args[0]
+                if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    created[name] = "exists"  # a retried request that had committed
+                else:
+                    errors.append(f"{name}: {err}")
+                    continue  # try the same name again
+            i += 1
+            count["n"] = i
+
+    t = threading.Thread(target=create_loop)
+    t.start()
+    wait_until(lambda: count["n"] >= 10, 60, "10 topics created before the kill")
+    killed = c.node(leader)
+    killed.kill()
+    t0 = time.monotonic()
+    survivors = [n for n in c.nodes if n is not killed]
+
+    def new_leader() -> bool:
+        return controller_of(survivors[0]) not in (leader, -1)
+
+    wait_until(new_leader, 30, "a new active controller")
+    elected_after = time.monotonic() - t0
+    before = count["n"]
+    wait_until(lambda: count["n"] >= before + 10, 60, "10 more topics after the failover")
+    stop.set()
+    t.join(120)
+    print(f"\nnew active controller {controller_of(survivors[0])} elected {elected_after:.2f}s after SIGKILL of {leader}; "
+          f"{len(created)} topics created, {len(errors)} transient errors: {errors[:3]}")
+
+    # No acknowledged topic lost, none duplicated, every survivor agrees.
+    names = sorted(created)
+    for n in survivors:
+        view = topic_view(admin(n))
+        missing = [x for x in names if x not in view]
+        assert not missing, f"node {n.node_id} lost acknowledged topics: {missing[:5]}"
+        assert all(view[x][0] == 2 for x in names)
+    ids = [topic_ids(admin(n), names) for n in survivors]
+    assert ids[0] == ids[1], "survivors disagree on topic ids"
+    assert len(set(ids[0].values())) == len(names), "two topics share an id"
+
+    # The killed node restarts, rejoins and catches up.
+    killed.start()
+    wait_until(lambda: all(x in topic_view(admin(killed)) for x in names), 60, "the restarted node catches up")
+    assert topic_ids(admin(killed), names) == ids[0]
+    assert controller_of(killed) == controller_of(survivors[0])
+    assert killed.quorum()["image_version"] > 0
+
+
+def test_fenced_broker_loses_leadership_and_gets_it_back(cluster_factory):
+    c = cluster_factory(controllers=3, brokers=1)
+    broker = c.node(4)
+    adm = admin(c.nodes[0])
+    fut = adm.create_topics([NewTopic("fence", num_partitions=4, replica_assignment=[[4], [1], [2], [3]])], operation_timeout=30)
+    fut["fence"].result(timeout=40)
+    wait_until(lambda: topic_view(adm).get("fence", (0, ()))[1] == (4, 1, 2, 3), 15, "partitions led as assigned")
+
+    broker.proc.send_signal(signal.SIGSTOP)  # stops heartbeating (and everything else)
+    t0 = time.monotonic()
+    try:
+        wait_until(lambda: topic_view(adm)["fence"][1][0] == -1, 30, "partition 0 leaderless after fencing")
+        fenced_after = time.monotonic() - t0
+        md = adm.list_topics(timeout=10)
+        assert 4 not in md.brokers, "a fenced broker is not offered to clients"
+        assert topic_view(adm)["fence"][1][1:] == (1, 2, 3), "other partitions keep their leaders"
+    finally:
+        broker.proc.send_signal(signal.SIGCONT)
+    t1 = time.monotonic()
+    wait_until(lambda: topic_view(adm)["fence"][1][0] == 4, 30, "partition 0 led by broker 4 again")
+    print(f"\nbroker 4 fenced {fenced_after:.2f}s after it stopped (session timeout 3 s); unfenced {time.monotonic() - t1:.2f}s after it resumed")
+    assert 4 in adm.list_topics(timeout=10).brokers
+
+    p = Producer({"bootstrap.servers": c.bootstrap()})
+    for i in range(50):
+        p.produce("fence", value=f"r{i}".encode(), partition=0)
+    flush_all(p)
+    got = consume_all(c.nodes[0], "fence", partitions=[0])
+    assert [r.value.decode() for r in got[0]] == [f"r{i}" for i in range(50)]
+
+
+def test_lagging_voter_catches_up_and_every_node_restarts_from_its_snapshot(cluster_factory):
+    c = cluster_factory(controllers=3, overrides={"metadata.log.max.record.bytes.between.snapshots": "8192"})
+    lagging = c.node(3)
+    lagging.stop()
+    adm = admin(c.nodes[0])
+    names = [f"snap-{i}" for i in range(150)]
+    for name in names:
+        create(adm, name, partitions=1)
+    ids = topic_ids(adm, names)
+
+    lagging.start()
+    wait_until(lambda: all(x in topic_view(admin(lagging)) for x in names), 60, "the lagging voter catches up")
+    assert topic_ids(admin(lagging), names) == ids
+
+    # Every node restarts from its own snapshot plus the log after it.
+    for n in c.nodes:
+        assert "metadata snapshot written" in n.log_path.read_text(errors="replace"), f"node {n.node_id} wrote no snapshot"
+        n.stop()
+    c.start()
+    for n in c.nodes:
+        adm = admin(n)
+        wait_until(lambda: all(x in topic_view(adm) for x in names), 60, f"node {n.node_id} has every topic after restart")
+        assert topic_ids(adm, names) == ids
+        assert "loaded from the stored snapshot" in n.log_path.read_text(errors="replace")
+
+
+def test_new_voter_is_caught_up_by_snapshot(cluster_factory, tmp_path):
+    cp = kafka_clients_classpath(tmp_path)
+    c = cluster_factory(controllers=3, observers=1, overrides={"metadata.log.max.record.bytes.between.snapshots": "8192"})
+    adm = admin(c.nodes[0])
+    names = [f"early-{i}" for i in range(200)]
+    for name in names:
+        create(adm, name, partitions=1)
+    # The leader has snapshotted and purged the log before these (it keeps the last 100).
+    time.sleep(1)
+    new = c.node(4)
+    state = java_admin(cp, c.nodes[0].bootstrap, "add", "4", new.host, str(new.controller_port))
+    assert 4 in [v["id"] for v in state["voters"]]
+    log = new.log_path.read_text(errors="replace")
+    assert "installed metadata snapshot from the leader" in log, "the new voter replayed the log instead"
+    assert new.quorum()["leader"] in (1, 2, 3)
+    assert topic_ids(admin(new), names) == topic_ids(adm, names)
+
+
+def _iptables(*args: str) -> None:
+    subprocess.run(["iptables", "-w", *args], check=True, capture_output=True)
+
+
+def isolate(ip: str, others: list[str]) -> list[list[str]]:
+    """Drops every packet between `ip` and `others` (each node's quorum traffic leaves from its
+    own address; the test's client connections, from the node's address to itself, pass)."""
+    rules = []
+    for o in others:
+        for src, dst in ((ip, o), (o, ip)):
+            rule = ["OUTPUT", "-s", src, "-d", dst, "-j", "DROP"]
+            _iptables("-I", *rule)
+            rules.append(rule)
+    return rules
+
+
+def test_partitioned_leader_commits_nothing_and_the_majority_moves_on(cluster_factory):
+    if shutil.which("iptables") is None or os.geteuid() != 0:
+        pytest.fail("this test needs root and iptables (apt-get install iptables) to partition a node", pytrace=False)
+    c = cluster_factory(controllers=3)
+    old = controller_of(c.nodes[0])
+    isolated = c.node(old)
+    majority = [n for n in c.nodes if n is not isolated]
+    create(admin(majority[0]), "before-partition", partitions=3)
+    wait_until(lambda: "before-partition" in topic_view(admin(isolated)), 15, "isolated node has the topic before")
+
+    rules = isolate(isolated.host, [n.host for n in majority])
+    try:
+        t0 = time.monotonic()
+
+        def majority_leader() -> int:
+            return controller_of(majority[0])
+
+        wait_until(lambda: majority_leader() not in (-1, old), 30, "the majority elects a new leader")
+        elected = time.monotonic() - t0
+        new = majority_leader()
+        for i in range(5):
+            create(admin(majority[1]), f"majority-{i}", partitions=1)
+
+        outcome: dict[str, str] = {}
+
+        def create_on_minority():
+            try:
+                create(admin(isolated), "from-minority", partitions=1)
+                outcome["r"] = "created"
+            except Exception as e:  # noqa: BLE001 - any failure is a valid outcome here
+                outcome["r"] = f"failed: {e}"
+
+        t = threading.Thread(target=create_on_minority, daemon=True)
+        t.start()
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            minority_view = topic_view(admin(isolated))
+            assert isolated.node_id not in minority_view["before-partition"][1], (
+                "a broker cut off from the quorum for longer than its session still offers itself as leader")
+            assert not any(x.startswith("majority-") for x in minority_view), "the isolated node applied records it cannot have committed"
+            assert "from-minority" not in minority_view, "the isolated node committed a topic without a majority"
+            assert "from-minority" not in topic_view(admin(majority[0])), "a write through the isolated node reached the majority"
+            assert majority_leader() == new, "the majority's leader changed while the minority was cut off"
+            time.sleep(0.5)
+    finally:
+        for rule in rules:
+            _iptables("-D", *rule)
+    print(f"\nnew leader {new} elected {elected:.2f}s after node {old} was cut off; write through the isolated node: {outcome.get('r', 'pending')}")
+
+    names = ["before-partition"] + [f"majority-{i}" for i in range(5)]
+    wait_until(lambda: all(x in topic_view(admin(isolated)) for x in names), 60, "the healed node catches up")
+    t.join(60)
+    # A write pending on the isolated node may still land through the new leader after healing
+    # (the broker retries against the active controller); either way every node converges.
+    views: list[set] = []
+
+    def agree() -> bool:
+        views[:] = [set(topic_view(admin(n))) for n in c.nodes]
+        return views[0] == views[1] == views[2]
+
+    wait_until(agree, 60, f"every node agrees on the topics after healing ({views})")
+    ids = [topic_ids(admin(n), sorted(views[0])) for n in c.nodes]
+    assert ids[0] == ids[1] == ids[2]
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def kafka_clients_classpath(tmp_path) -> str:
+    """The Java suite's kafka-clients classpath (Maven resolves it into ~/.m2 if needed)."""
+    out = tmp_path / "cp.txt"
+    r = subprocess.run(
+        ["mvn", "-q", "-B", "-f", str(REPO / "tests" / "java" / "pom.xml"), "dependency:build-classpath",
+         f"-Dmdep.outputFile={out}", "-Dmdep.includeScope=test"],
+        capture_output=True, text=True, timeout=600,
+    )
+    if r.returncode != 0:
+        pytest.fail(f"mvn dependency:build-classpath failed (Maven and Java 17 are needed for this test):\n{r.stdout}\n{r.stderr}", pytrace=False)
+    return out.read_text().strip()
+
+
+def java_admin(cp: str, bootstrap: str, *args: str) -> dict:
+    r = subprocess.run(
+        ["java", "-cp", cp, str(REPO / "tests" / "clients" / "java" / "RaftVoters.java"), bootstrap, *args],
+        capture_output=True, text=True, timeout=180,
+    )
+    if r.returncode != 0:
+        pytest.fail(f"RaftVoters {' '.join(args)} failed:\n{r.stdout}\n{r.stderr[-3000:]}", pytrace=False)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_voters_added_and_removed_through_the_java_admin_client_under_load(cluster_factory, tmp_path):
+    cp = kafka_clients_classpath(tmp_path)
+    c = cluster_factory(controllers=3, observers=1)
+    new = c.node(4)
+    bootstrap = c.nodes[0].bootstrap
+    steps = [java_admin(cp, bootstrap, "describe")]
+    assert sorted(v["id"] for v in steps[0]["voters"]) == [1, 2, 3]
+
+    # Load: topics created one after another through node 1 the whole time.
+    adm = admin(c.nodes[0])
+    made: list[str] = []
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def load():
+        i = 0
+        while not stop.is_set():
+            try:
+                create(adm, f"membership-{i}", partitions=1)
+                made.append(f"membership-{i}")
+            except KafkaException as e:
+                failures.append(str(e.args[0]))
+            i += 1
+
+    t = threading.Thread(target=load)
+    t.start()
+    try:
+        wait_until(lambda: len(made) >= 5, 60, "load running")
+        steps.append(java_admin(cp, bootstrap, "add", "4", new.host, str(new.controller_port)))
+        assert sorted(v["id"] for v in steps[-1]["voters"]) == [1, 2, 3, 4], steps[-1]
+        leader = steps[-1]["leader"]
+        old = next(i for i in (1, 2, 3) if i != leader)
+        before = len(made)
+        wait_until(lambda: len(made) >= before + 5, 60, "load continues with 4 voters")
+        steps.append(java_admin(cp, bootstrap, "remove", str(old)))
+        voters = sorted(v["id"] for v in steps[-1]["voters"])
+        assert voters == sorted({1, 2, 3, 4} - {old}), steps[-1]
+        before = len(made)
+        wait_until(lambda: len(made) >= before + 5, 60, "load continues after the removal")
+    finally:
+        stop.set()
+        t.join(120)
+    for s in steps:
+        print(f"\nDescribeQuorum: leader {s['leader']} epoch {s['epoch']} hw {s['hw']} voters {s['voters']} observers {s['observers']}")
+    assert not failures, f"topic creation failed during membership changes: {failures[:3]}"
+    assert str(4) in steps[1]["nodes"] and steps[1]["nodes"]["4"] == f"{new.host}:{new.controller_port}"
+
+    # The new voter holds the whole metadata: stop a remaining old voter, and the quorum of the
+    # other two (one of them the new node) still commits.
+    survivors = [n for n in c.nodes if n.node_id not in (old,)]
+    other_old = next(n for n in survivors if n.node_id not in (4, steps[-1]["leader"]))
+    other_old.stop()
+    # Every other node, the removed voter included (it now follows the image as an observer).
+    live = [n for n in c.nodes if n is not other_old]
+    create(admin(c.node(4)), "after-membership-change", partitions=1)
+    for n in live:
+        wait_until(lambda: all(x in topic_view(admin(n)) for x in made + ["after-membership-change"]), 60,
+                   f"node {n.node_id} has every topic")
