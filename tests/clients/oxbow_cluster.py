@@ -48,6 +48,16 @@ class Node(Broker):
         with urllib.request.urlopen(f"http://{self.host}:{self.http_port}/quorum", timeout=timeout) as r:
             return json.loads(r.read())
 
+    def metadata(self, timeout: float = 10.0) -> dict:
+        """This node's own metadata image (GET /metadata), whatever the rest of the cluster says."""
+        with urllib.request.urlopen(f"http://{self.host}:{self.http_port}/metadata", timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def view(self) -> dict[str, tuple]:
+        """name -> (partition count, leaders in partition order) in this node's image."""
+        topics = self.metadata()["topics"]
+        return {name: (len(t["partitions"]), tuple(p["leader"] for p in t["partitions"])) for name, t in topics.items()}
+
     def leader(self) -> int:
         """The active controller as this node learns it from the quorum; -1 if none answers."""
         try:

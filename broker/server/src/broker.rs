@@ -177,6 +177,8 @@ pub struct Broker {
     /// This broker's registration epoch (-1: not registered yet).
     epoch: AtomicI64,
     pub liveness: Arc<Liveness>,
+    /// Partitions that needed recovery when opened (an unclean shutdown before).
+    pub recovered_partitions: std::sync::atomic::AtomicUsize,
     /// The producer id block being handed out: next id, end (exclusive).
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
 }
@@ -281,6 +283,7 @@ impl Broker {
             quorum: OnceLock::new(),
             epoch: AtomicI64::new(-1),
             liveness,
+            recovered_partitions: std::sync::atomic::AtomicUsize::new(0),
             producer_ids: tokio::sync::Mutex::new((0, 0)),
         }))
     }
@@ -737,6 +740,7 @@ impl Broker {
         let dir = self.config.log_dirs[root].join(&dir_name);
         let (log, report) = Log::open(&dir, log_config.clone(), opts)?;
         if report.segments_recovered > 0 || !report.truncated.is_empty() {
+            self.recovered_partitions.fetch_add(1, Ordering::Relaxed);
             tracing::info!(topic = %meta.name, partition = p, segments = report.segments, recovered = report.segments_recovered, truncated = ?report.truncated, producers = report.producers_loaded, log_end_offset = log.log_end_offset(), "recovered partition");
         }
         if fresh {

@@ -7,6 +7,9 @@
 //! - `GET /quorum`: the metadata quorum as the active controller reports it (JSON: leader, term,
 //!   high watermark, voters with their log end offsets, learners, endpoints); 503 while no
 //!   controller answers. For operators, scripts and tests that need the real controller.
+//! - `GET /metadata`: this node's own metadata image (version, brokers, topics with partition
+//!   leaders, epochs, replicas and ISR) as JSON, answered locally: what this node would tell
+//!   clients, even when it is cut off from the quorum.
 //!
 //! The listener is bound before the log is opened, so a liveness or startup probe passes during
 //! recovery while readiness does not.
@@ -92,6 +95,23 @@ async fn quorum(State(health): State<Arc<Health>>) -> (StatusCode, String) {
     }
 }
 
+async fn metadata(State(health): State<Arc<Health>>) -> (StatusCode, String) {
+    let Some(q) = health.quorum.get() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "starting: not in the quorum yet\n".into());
+    };
+    let image = q.image();
+    let body = serde_json::json!({
+        "node_id": q.node_id(),
+        "version": image.version,
+        "brokers": image.brokers,
+        "topics": image.topics.values().map(|t| (t.name.clone(), serde_json::json!({
+            "id": t.id,
+            "partitions": t.partitions,
+        }))).collect::<serde_json::Map<_, _>>(),
+    });
+    (StatusCode::OK, format!("{body}\n"))
+}
+
 /// Binds `addr` and serves the endpoints on a task until it is aborted.
 pub async fn spawn(addr: SocketAddr, health: Arc<Health>) -> anyhow::Result<(SocketAddr, JoinHandle<()>)> {
     let listener = TcpListener::bind(addr)
@@ -102,6 +122,7 @@ pub async fn spawn(addr: SocketAddr, health: Arc<Health>) -> anyhow::Result<(Soc
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/quorum", get(quorum))
+        .route("/metadata", get(metadata))
         .with_state(health);
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {

@@ -129,6 +129,13 @@ impl Server {
         let version = quorum.image().version;
         broker.wait_applied(version, std::time::Duration::from_secs(600)).await;
         broker.remove_strays(&broker.image());
+        tracing::info!(
+            topics = broker.all_topics().len(),
+            partitions = broker.all_partitions().len(),
+            recovered_partitions = broker.recovered_partitions.load(std::sync::atomic::Ordering::Relaxed),
+            cluster_id = %broker.cluster_id,
+            "storage loaded"
+        );
         Ok(Self { broker, listener, health, health_task, meta_tasks, meta_stop })
     }
 
