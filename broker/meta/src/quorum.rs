@@ -81,6 +81,17 @@ pub enum CommandError {
 /// A command's result: the image version that holds its effect, and its reply.
 pub type CommandResult = Result<(u64, Reply), CommandError>;
 
+/// What [`Quorum::route`] carries to the leader.
+enum Routed {
+    Command(Command),
+    Admin(QuorumAdmin),
+}
+
+enum RoutedReply {
+    Command(u64, Reply),
+    Admin(Result<AdminReply, AdminRefusal>),
+}
+
 #[derive(Serialize, Deserialize)]
 struct FetchRequest {
     after_version: u64,
@@ -306,14 +317,31 @@ impl Quorum {
     /// Runs `cmd` on the active controller, wherever it is; retries while there is no leader
     /// or it moves, until `timeout`.
     pub async fn execute(&self, cmd: Command, timeout: Duration) -> CommandResult {
+        match self.route(Routed::Command(cmd), timeout).await? {
+            RoutedReply::Command(version, reply) => Ok((version, reply)),
+            RoutedReply::Admin(_) => Err(CommandError::Unavailable("mismatched reply".into())),
+        }
+    }
+
+    /// Runs a quorum admin request on the leader, wherever it is.
+    pub async fn admin(&self, req: QuorumAdmin, timeout: Duration) -> AdminResult {
+        match self.route(Routed::Admin(req), timeout).await? {
+            RoutedReply::Admin(r) => Ok(r),
+            RoutedReply::Command(..) => Err(CommandError::Unavailable("mismatched reply".into())),
+        }
+    }
+
+    /// The one routing loop: to the leader as known, else any voter; on NOT_CONTROLLER follow
+    /// the hint, on an unreachable node try another, until `timeout`.
+    async fn route(&self, req: Routed, timeout: Duration) -> Result<RoutedReply, CommandError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut last;
-        let mut tried_hint = None;
+        let mut tried = None;
         loop {
-            let target = self.leader().filter(|l| Some(*l) != tried_hint).or_else(|| self.any_voter(&tried_hint));
+            let target = self.leader().filter(|l| Some(*l) != tried).or_else(|| self.any_voter(&tried));
             let result = match target {
-                Some(t) if t == self.node_id() && self.is_controller() => self.execute_local(&cmd).await,
-                Some(t) => self.execute_remote(t, &cmd).await,
+                Some(t) if t == self.node_id() && self.is_controller() => self.run_local(&req).await,
+                Some(t) => self.run_remote(t, &req, timeout).await,
                 None => Err(CommandError::Unavailable("no controller is known".into())),
             };
             match result {
@@ -321,11 +349,11 @@ impl Quorum {
                     if let Some(l) = leader {
                         self.inner.leader_hint.store(l as u64, Ordering::Relaxed);
                     }
-                    tried_hint = target;
+                    tried = target;
                     last = CommandError::Unavailable("the active controller moved".into());
                 }
                 Err(CommandError::Unavailable(e)) => {
-                    tried_hint = target;
+                    tried = target;
                     last = CommandError::Unavailable(e);
                 }
                 other => return other,
@@ -337,43 +365,42 @@ impl Quorum {
         }
     }
 
-    /// Runs a quorum admin request on the leader, wherever it is.
-    pub async fn admin(&self, req: QuorumAdmin, timeout: Duration) -> AdminResult {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut tried = None;
-        loop {
-            let target = self.leader().filter(|l| Some(*l) != tried).or_else(|| self.any_voter(&tried));
-            let result = match target {
-                Some(t) if t == self.node_id() && self.is_controller() => self.admin_local(&req).await,
-                Some(t) => match self.client(t) {
-                    None => Err(CommandError::Unavailable(format!("no address for controller {t}"))),
-                    Some(mut client) => {
-                        let mut r = Request::new(encode(&req));
-                        r.set_timeout(timeout);
-                        match client.quorum_admin(r).await {
-                            Ok(reply) => decode::<AdminResult>(reply.get_ref()).unwrap_or_else(|e| {
-                                Err(CommandError::Unavailable(format!("bad reply from controller {t}: {e}")))
-                            }),
-                            Err(s) => Err(CommandError::Unavailable(format!("controller {t}: {}", s.message()))),
-                        }
-                    }
-                },
-                None => Err(CommandError::Unavailable("no controller is known".into())),
-            };
-            match result {
-                Err(CommandError::NotController { leader, .. }) => {
-                    if let Some(l) = leader {
-                        self.inner.leader_hint.store(l as u64, Ordering::Relaxed);
-                    }
-                    tried = target;
-                }
-                Err(CommandError::Unavailable(_)) => tried = target,
-                other => return other,
+    async fn run_local(&self, req: &Routed) -> Result<RoutedReply, CommandError> {
+        match req {
+            Routed::Command(c) => self.execute_local(c).await.map(|(v, r)| RoutedReply::Command(v, r)),
+            Routed::Admin(a) => self.admin_local(a).await.map(RoutedReply::Admin),
+        }
+    }
+
+    async fn run_remote(&self, node: NodeId, req: &Routed, timeout: Duration) -> Result<RoutedReply, CommandError> {
+        let Some(mut client) = self.client(node) else {
+            return Err(CommandError::Unavailable(format!("no address for controller {node}")));
+        };
+        let unavailable = |e: &dyn std::fmt::Display| CommandError::Unavailable(format!("controller {node}: {e}"));
+        // Commands are bounded per attempt, so a caller stuck on a leader that was cut off moves
+        // on to the new one well within a broker session (heartbeats above all). Admin requests
+        // may take long (a new voter catches up first).
+        let attempt = match req {
+            Routed::Command(Command::Heartbeat { .. }) => {
+                Duration::from_millis((self.inner.cfg.session_timeout_ms / 3).max(200))
             }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(CommandError::Unavailable("no active controller answered".into()));
+            Routed::Command(_) => Duration::from_secs(5),
+            Routed::Admin(_) => timeout,
+        };
+        match req {
+            Routed::Command(c) => {
+                let mut r = Request::new(encode(c));
+                r.set_timeout(attempt);
+                let reply = client.command(r).await.map_err(|s| unavailable(&s.message()))?;
+                let (v, r) = decode::<CommandResult>(reply.get_ref()).map_err(|e| unavailable(&e))??;
+                Ok(RoutedReply::Command(v, r))
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            Routed::Admin(a) => {
+                let mut r = Request::new(encode(a));
+                r.set_timeout(attempt);
+                let reply = client.quorum_admin(r).await.map_err(|s| unavailable(&s.message()))?;
+                Ok(RoutedReply::Admin(decode::<AdminResult>(reply.get_ref()).map_err(|e| unavailable(&e))??))
+            }
         }
     }
 
@@ -443,25 +470,6 @@ impl Quorum {
         let c = QuorumClient::new(channel(&addr, self.inner.cfg.local_ip).ok()?).max_decoding_message_size(256 << 20);
         clients.insert(node, c.clone());
         Some(c)
-    }
-
-    async fn execute_remote(&self, node: NodeId, cmd: &Command) -> CommandResult {
-        let Some(mut client) = self.client(node) else {
-            return Err(CommandError::Unavailable(format!("no address for controller {node}")));
-        };
-        // Bounded per attempt, so a caller stuck on a leader that was cut off moves on to the
-        // new one well within a broker session (heartbeats above all).
-        let attempt = match cmd {
-            Command::Heartbeat { .. } => Duration::from_millis((self.inner.cfg.session_timeout_ms / 3).max(200)),
-            _ => Duration::from_secs(5),
-        };
-        let mut req = Request::new(encode(cmd));
-        req.set_timeout(attempt);
-        match client.command(req).await {
-            Ok(reply) => decode::<CommandResult>(reply.get_ref())
-                .unwrap_or_else(|e| Err(CommandError::Unavailable(format!("bad reply from controller {node}: {e}")))),
-            Err(s) => Err(CommandError::Unavailable(format!("controller {node}: {}", s.message()))),
-        }
     }
 
     fn not_controller(&self) -> CommandError {
