@@ -701,9 +701,11 @@ mod tests {
         assert!(s.leader > 0, "{s:?}");
     }
 
-    #[test]
-    fn unclean_election_only_when_enabled() {
+    /// Two brokers, a topic with replicas [1, 2] whose follower 2 fell out of the ISR, then
+    /// leader 1 stops heartbeating and its session expires: partition 0 as it ends up.
+    fn fence_leader_with_lone_isr(unclean: bool) -> PartitionRecord {
         let (mut c, mut img) = cluster(&[None, None]);
+        c.unclean_leader_election = unclean;
         let cmd = Command::CreateTopic {
             name: "t".into(),
             partitions: 1,
@@ -716,7 +718,6 @@ mod tests {
         let d = c.decide(&img, &cmd, 0).expect("create");
         commit(&mut img, &d);
         let id = img.topic("t").expect("t").id;
-        // Follower 2 falls out of the ISR (replication lag), then leader 1 is fenced.
         let shrink = Record::PartitionChange(PartitionChange {
             topic_id: id,
             partition: 0,
@@ -729,26 +730,13 @@ mod tests {
         c.decide(&img, &Command::Heartbeat { node_id: 2, epoch: epoch2, shutting_down: false }, T).expect("hb");
         let records = c.expire_sessions(&img, T + 1);
         commit(&mut img, &Decision::new(records, Reply::Done));
-        assert_eq!(img.topic("t").expect("t").partitions[0].leader, -1, "clean election has no candidate");
+        img.topic("t").expect("t").partitions[0].clone()
+    }
 
-        let (mut c, mut img) = cluster(&[None, None]);
-        c.unclean_leader_election = true;
-        let d = c.decide(&img, &cmd, 0).expect("create");
-        commit(&mut img, &d);
-        let id = img.topic("t").expect("t").id;
-        let shrink = Record::PartitionChange(PartitionChange {
-            topic_id: id,
-            partition: 0,
-            leader: None,
-            isr: Some(vec![1]),
-            replicas: None,
-        });
-        commit(&mut img, &Decision::new(vec![shrink], Reply::Done));
-        c.decide(&img, &Command::Heartbeat { node_id: 2, epoch: img.brokers[&2].epoch, shutting_down: false }, T)
-            .expect("hb");
-        let records = c.expire_sessions(&img, T + 1);
-        commit(&mut img, &Decision::new(records, Reply::Done));
-        let p = &img.topic("t").expect("t").partitions[0];
+    #[test]
+    fn unclean_election_only_when_enabled() {
+        assert_eq!(fence_leader_with_lone_isr(false).leader, -1, "clean election has no candidate");
+        let p = fence_leader_with_lone_isr(true);
         assert_eq!((p.leader, p.isr.clone()), (2, vec![2]));
     }
 

@@ -446,15 +446,10 @@ impl Broker {
                 "Replication factor must be larger than 0.".to_string(),
             ));
         }
-        let brokers = self.image().active_brokers().count();
-        if replication_factor as usize > brokers {
-            return Err(ApiError::new(
-                ResponseError::InvalidReplicationFactor,
-                format!(
-                    "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only {brokers} broker(s) are registered."
-                ),
-            ));
-        }
+        // The controller's own placement rule (and message) for too few brokers, checked here
+        // without a round trip.
+        oxbow_meta::controller::place(&self.image(), 0, 1, replication_factor)
+            .map_err(|r| ApiError::from(oxbow_meta::CommandError::Refused(r)))?;
         if replication_factor > 1 {
             return Err(ApiError::new(
                 ResponseError::InvalidReplicationFactor,
@@ -615,7 +610,6 @@ impl Broker {
                 id: t.id,
                 partitions: t.partitions.len() as i32,
                 configs: t.configs.clone(),
-                leader_epoch: 0,
             };
             let log_config = topic_config::resolve(&defaults, &meta.configs);
             let mut local = Vec::with_capacity(t.partitions.len());

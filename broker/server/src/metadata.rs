@@ -36,9 +36,6 @@ pub struct TopicMeta {
     pub partitions: i32,
     #[serde(default)]
     pub configs: BTreeMap<String, String>,
-    /// Leader epoch of every partition (bumped by leadership changes once they exist).
-    #[serde(default)]
-    pub leader_epoch: i32,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
