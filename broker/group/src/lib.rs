@@ -1,0 +1,19 @@
+//! Consumer group coordination for Oxbow, without I/O.
+//!
+//! - [`classic`]: one group under the classic rebalance protocol (JoinGroup, SyncGroup,
+//!   Heartbeat, LeaveGroup) as a state machine: events and the time in, answers and writes out.
+//! - [`shard`]: all groups and committed offsets of one `__consumer_offsets` partition, rebuilt
+//!   from its records; the coordinator partition of a group ([`shard::partition_for`]).
+//! - [`records`]: the key and value formats of `__consumer_offsets` (Apache Kafka's schemas).
+//!
+//! The broker's runtime (`oxbow-server`) owns sockets, timers and the log; everything here is
+//! tested with plain values and a clock the test controls.
+
+pub mod classic;
+pub mod error;
+pub mod records;
+pub mod shard;
+
+pub use classic::{ClassicGroup, GroupConfig, GroupState, Out, Ticket};
+pub use error::GroupError;
+pub use shard::{OffsetConfig, Shard, Write, partition_for};
