@@ -293,8 +293,7 @@ def wait_for_topic(admin: AdminClient, topic: str, partitions: int, timeout: flo
 def consumer_config(broker: Broker, **extra) -> dict:
     conf = {
         "bootstrap.servers": broker.bootstrap,
-        # Required by confluent-kafka; the broker has no group coordinator yet,
-        # so nothing here uses it: assign() only, no commits.
+        # Required by confluent-kafka; these readers use assign() and never commit.
         "group.id": f"oxbow-test-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,

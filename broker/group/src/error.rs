@@ -45,4 +45,6 @@ group_errors!(
     GroupIdNotFound,
     NonEmptyGroup,
     GroupSubscribedToTopic,
+    InvalidCommitOffsetSize,
+    UnknownServerError,
 );

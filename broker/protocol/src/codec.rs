@@ -80,6 +80,17 @@ pub enum AnyRequest {
     DescribeQuorum(messages::DescribeQuorumRequest),
     AddRaftVoter(messages::AddRaftVoterRequest),
     RemoveRaftVoter(messages::RemoveRaftVoterRequest),
+    FindCoordinator(messages::FindCoordinatorRequest),
+    JoinGroup(messages::JoinGroupRequest),
+    SyncGroup(messages::SyncGroupRequest),
+    Heartbeat(messages::HeartbeatRequest),
+    LeaveGroup(messages::LeaveGroupRequest),
+    OffsetCommit(messages::OffsetCommitRequest),
+    OffsetFetch(messages::OffsetFetchRequest),
+    OffsetDelete(messages::OffsetDeleteRequest),
+    ListGroups(messages::ListGroupsRequest),
+    DescribeGroups(messages::DescribeGroupsRequest),
+    DeleteGroups(messages::DeleteGroupsRequest),
 }
 
 /// Decodes a whole request frame (without the size prefix) the way the broker does: unknown
@@ -113,6 +124,17 @@ pub fn decode_any(frame: Bytes) -> Result<(RequestHeader, AnyRequest), ProtocolE
         ApiKey::DescribeQuorum => AnyRequest::DescribeQuorum(decode_body(api, v, &mut body)?),
         ApiKey::AddRaftVoter => AnyRequest::AddRaftVoter(decode_body(api, v, &mut body)?),
         ApiKey::RemoveRaftVoter => AnyRequest::RemoveRaftVoter(decode_body(api, v, &mut body)?),
+        ApiKey::FindCoordinator => AnyRequest::FindCoordinator(decode_body(api, v, &mut body)?),
+        ApiKey::JoinGroup => AnyRequest::JoinGroup(decode_body(api, v, &mut body)?),
+        ApiKey::SyncGroup => AnyRequest::SyncGroup(decode_body(api, v, &mut body)?),
+        ApiKey::Heartbeat => AnyRequest::Heartbeat(decode_body(api, v, &mut body)?),
+        ApiKey::LeaveGroup => AnyRequest::LeaveGroup(decode_body(api, v, &mut body)?),
+        ApiKey::OffsetCommit => AnyRequest::OffsetCommit(decode_body(api, v, &mut body)?),
+        ApiKey::OffsetFetch => AnyRequest::OffsetFetch(decode_body(api, v, &mut body)?),
+        ApiKey::OffsetDelete => AnyRequest::OffsetDelete(decode_body(api, v, &mut body)?),
+        ApiKey::ListGroups => AnyRequest::ListGroups(decode_body(api, v, &mut body)?),
+        ApiKey::DescribeGroups => AnyRequest::DescribeGroups(decode_body(api, v, &mut body)?),
+        ApiKey::DeleteGroups => AnyRequest::DeleteGroups(decode_body(api, v, &mut body)?),
         other => return Err(ProtocolError::Decode { api: other, version: v, reason: "not served".into() }),
     };
     Ok((raw.header, req))

@@ -26,6 +26,17 @@ const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::AddRaftVoter, 0, 0),
     (ApiKey::RemoveRaftVoter, 0, 0),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 2, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::DeleteGroups, 0, 2),
 ];
 
 /// The advertised version range of one API.

@@ -179,6 +179,8 @@ pub struct Broker {
     pub liveness: Arc<Liveness>,
     /// Partitions that needed recovery when opened (an unclean shutdown before).
     pub recovered_partitions: std::sync::atomic::AtomicUsize,
+    /// The consumer group coordinator.
+    pub groups: Arc<crate::coordinator::Coordinator>,
     /// The producer id block being handed out: next id, end (exclusive).
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
 }
@@ -269,7 +271,9 @@ impl Broker {
         let (applied, _) = watch::channel(0);
         tracing::info!(partition_dirs = on_disk.dirs.len(), cluster_id = %cluster_id, "storage opened");
         let liveness = Arc::new(Liveness::new(config.session_timeout_ms));
+        let groups = Arc::new(crate::coordinator::Coordinator::new(config.groups.clone()));
         Ok(Arc::new(Self {
+            groups,
             topic_defaults: RwLock::new(Arc::new(config.clone())),
             config,
             cluster_id,

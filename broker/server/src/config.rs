@@ -401,6 +401,72 @@ pub const KEYS: &[KeyDef] = &[
         doc: "Forget an idempotent producer's sequence state this long after its last write.",
     },
     KeyDef {
+        name: "group.min.session.timeout.ms",
+        default: Some("6000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "The smallest `session.timeout.ms` a consumer group member may ask for (else INVALID_SESSION_TIMEOUT).",
+    },
+    KeyDef {
+        name: "group.max.session.timeout.ms",
+        default: Some("1800000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "The largest `session.timeout.ms` a consumer group member may ask for (else INVALID_SESSION_TIMEOUT).",
+    },
+    KeyDef {
+        name: "group.initial.rebalance.delay.ms",
+        default: Some("3000"),
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "How long the first rebalance of an empty group waits for more members, extended by the same delay while members keep arriving (up to the rebalance timeout).",
+    },
+    KeyDef {
+        name: "group.max.size",
+        default: Some("2147483647"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "The most members a consumer group may have (else GROUP_MAX_SIZE_REACHED).",
+    },
+    KeyDef {
+        name: "offsets.topic.num.partitions",
+        default: Some("50"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Partitions of `__consumer_offsets`, created on the first FindCoordinator. A group's coordinator is the leader of partition `abs(hash(group.id)) % partitions`; do not change it once the topic exists.",
+    },
+    KeyDef {
+        name: "offsets.topic.replication.factor",
+        default: Some("1"),
+        kind: Kind::Int { min: 1, max: 32767 },
+        doc: "Replication factor of `__consumer_offsets`. Apache Kafka defaults to 3; Oxbow accepts only 1 until partitions are replicated.",
+    },
+    KeyDef {
+        name: "offsets.topic.segment.bytes",
+        default: Some("104857600"),
+        kind: Kind::Int { min: 14, max: I32 },
+        doc: "Segment size of `__consumer_offsets`.",
+    },
+    KeyDef {
+        name: "offsets.retention.minutes",
+        default: Some("10080"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Committed offsets of a group that has been empty this long are deleted (for a group that never had members: this long after the commit).",
+    },
+    KeyDef {
+        name: "offsets.retention.check.interval.ms",
+        default: Some("600000"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "How often expired offsets are looked for.",
+    },
+    KeyDef {
+        name: "offset.metadata.max.bytes",
+        default: Some("4096"),
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "The largest metadata string an offset commit may carry (else OFFSET_METADATA_TOO_LARGE).",
+    },
+    KeyDef {
+        name: "offsets.commit.timeout.ms",
+        default: Some("5000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "How long an offset commit waits for `__consumer_offsets`' in-sync replicas before it fails with REQUEST_TIMED_OUT.",
+    },
+    KeyDef {
         name: "socket.request.max.bytes",
         default: Some("104857600"),
         kind: Kind::Int { min: 1, max: I32 },
@@ -536,6 +602,21 @@ pub fn key_def(name: &str) -> Option<&'static KeyDef> {
     KEYS.iter().find(|k| k.name == name)
 }
 
+/// The group coordinator's settings.
+#[derive(Debug, Clone)]
+pub struct GroupSettings {
+    pub group: oxbow_group::GroupConfig,
+    pub offsets: oxbow_group::OffsetConfig,
+    /// `offsets.topic.num.partitions`
+    pub topic_partitions: i32,
+    /// `offsets.topic.segment.bytes`
+    pub topic_segment_bytes: i64,
+    /// `offsets.retention.check.interval.ms`
+    pub retention_check_interval_ms: u64,
+    /// `offsets.commit.timeout.ms`
+    pub commit_timeout_ms: u64,
+}
+
 /// The validated broker configuration.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -576,6 +657,8 @@ pub struct BrokerConfig {
     pub max_connections: usize,
     pub max_inflight_per_connection: usize,
     pub shutdown_timeout_ms: u64,
+    /// The consumer group coordinator's settings (`group.*`, `offsets.*`).
+    pub groups: GroupSettings,
     /// Defaults for every partition log (topic configs override them).
     pub log: LogConfig,
     /// Effective value of every key in [`KEYS`] (`None`: unset with no default).
@@ -769,6 +852,36 @@ impl BrokerConfig {
                 reason: "replication is not implemented yet: topics have one replica".into(),
             });
         }
+        if req_int("offsets.topic.replication.factor")? != 1 {
+            return Err(ConfigError::Inconsistent {
+                key: "offsets.topic.replication.factor".into(),
+                reason: "replication is not implemented yet: __consumer_offsets has one replica".into(),
+            });
+        }
+        let (min_session, max_session) =
+            (req_int("group.min.session.timeout.ms")?, req_int("group.max.session.timeout.ms")?);
+        if min_session > max_session {
+            return Err(ConfigError::Inconsistent {
+                key: "group.min.session.timeout.ms".into(),
+                reason: format!("{min_session} is larger than group.max.session.timeout.ms ({max_session})"),
+            });
+        }
+        let groups = GroupSettings {
+            group: oxbow_group::GroupConfig {
+                min_session_timeout_ms: min_session as i32,
+                max_session_timeout_ms: max_session as i32,
+                initial_rebalance_delay_ms: req_int("group.initial.rebalance.delay.ms")?,
+                max_size: req_int("group.max.size")? as usize,
+            },
+            offsets: oxbow_group::OffsetConfig {
+                retention_ms: req_int("offsets.retention.minutes")?.saturating_mul(60_000),
+                metadata_max_bytes: req_int("offset.metadata.max.bytes")? as usize,
+            },
+            topic_partitions: req_int("offsets.topic.num.partitions")? as i32,
+            topic_segment_bytes: req_int("offsets.topic.segment.bytes")?,
+            retention_check_interval_ms: req_int("offsets.retention.check.interval.ms")? as u64,
+            commit_timeout_ms: req_int("offsets.commit.timeout.ms")? as u64,
+        };
         let metadata_log_dir = get("metadata.log.dir").map_or_else(|| log_dirs[0].clone(), PathBuf::from);
         Ok(Self {
             node_id,
@@ -800,6 +913,7 @@ impl BrokerConfig {
             max_connections: req_int("max.connections")? as usize,
             max_inflight_per_connection: req_int("oxbow.max.inflight.requests.per.connection")? as usize,
             shutdown_timeout_ms: req_int("oxbow.shutdown.timeout.ms")? as u64,
+            groups,
             http_listener: get("oxbow.http.listener").and_then(|v| v.parse().ok()),
             log,
             values,

@@ -20,8 +20,10 @@ mod admin;
 mod api_versions;
 mod configs;
 mod fetch;
+mod groups;
 mod list_offsets;
 mod metadata;
+mod offsets;
 mod produce;
 mod quorum;
 pub mod util;
@@ -31,10 +33,16 @@ pub struct Ctx<'a> {
     pub broker: &'a Arc<Broker>,
     pub version: i16,
     pub header: &'a RequestHeader,
+    /// The client's address (group members' `client_host`).
+    pub peer: std::net::SocketAddr,
 }
 
 /// Handles one request frame. `Ok(None)`: no response (acks=0 produce).
-pub async fn dispatch(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<BytesMut>, ConnError> {
+pub async fn dispatch(
+    broker: &Arc<Broker>,
+    frame: Bytes,
+    peer: std::net::SocketAddr,
+) -> Result<Option<BytesMut>, ConnError> {
     let peek = peek_header(&frame)?;
     let Ok(api) = ApiKey::try_from(peek.api_key) else {
         return Err(ConnError::Refused(format!("unknown API key {}", peek.api_key)));
@@ -54,7 +62,7 @@ pub async fn dispatch(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<Bytes
     let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
     let span = tracing::debug_span!("request", api = ?api, version = v, correlation_id = peek.correlation_id, client_id = %client_id);
     let corr = peek.correlation_id;
-    let ctx = Ctx { broker, version: v, header: &header };
+    let ctx = Ctx { broker, version: v, header: &header, peer };
     macro_rules! answer {
         ($fut:expr) => {{
             let resp = $fut.await;
@@ -84,6 +92,17 @@ pub async fn dispatch(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<Bytes
             AnyRequest::DescribeQuorum(r) => answer!(quorum::describe(&ctx, r)),
             AnyRequest::AddRaftVoter(r) => answer!(quorum::add_voter(&ctx, r)),
             AnyRequest::RemoveRaftVoter(r) => answer!(quorum::remove_voter(&ctx, r)),
+            AnyRequest::FindCoordinator(r) => answer!(groups::find_coordinator(&ctx, r)),
+            AnyRequest::JoinGroup(r) => answer!(groups::join_group(&ctx, r)),
+            AnyRequest::SyncGroup(r) => answer!(groups::sync_group(&ctx, r)),
+            AnyRequest::Heartbeat(r) => answer!(groups::heartbeat(&ctx, r)),
+            AnyRequest::LeaveGroup(r) => answer!(groups::leave_group(&ctx, r)),
+            AnyRequest::OffsetCommit(r) => answer!(offsets::offset_commit(&ctx, r)),
+            AnyRequest::OffsetFetch(r) => answer!(offsets::offset_fetch(&ctx, r)),
+            AnyRequest::OffsetDelete(r) => answer!(offsets::offset_delete(&ctx, r)),
+            AnyRequest::ListGroups(r) => answer!(groups::list_groups(&ctx, r)),
+            AnyRequest::DescribeGroups(r) => answer!(groups::describe_groups(&ctx, r)),
+            AnyRequest::DeleteGroups(r) => answer!(groups::delete_groups(&ctx, r)),
         }
     }
     .instrument(span)

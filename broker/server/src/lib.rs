@@ -9,6 +9,8 @@
 //! - [`partition`]: one led partition (log + [`replica`] state + high watermark channel).
 //! - [`network`]: TCP server, framing, in-order pipelining and global limits.
 //! - [`handlers`]: one module per Kafka API; [`errors`]: the single error-code mapping.
+//! - [`coordinator`]: the consumer group coordinator (groups and committed offsets in
+//!   `__consumer_offsets`, state machines from `oxbow-group`).
 //! - [`tasks`]: retention, flush and checkpoint jobs.
 //!
 //! [`Server::bind`] opens storage, binds the listener, joins the quorum and registers;
@@ -17,6 +19,7 @@
 
 pub mod broker;
 pub mod config;
+pub mod coordinator;
 pub mod errors;
 pub mod handlers;
 pub mod health;
@@ -159,6 +162,7 @@ impl Server {
         let token = CancellationToken::new();
         let mut jobs = JoinSet::new();
         tasks::spawn_all(&mut jobs, self.broker.clone(), token.clone());
+        jobs.spawn(self.broker.groups.clone().run_timers(self.broker.clone(), token.child_token()));
         self.meta_tasks.spawn(startup::heartbeats(self.broker.clone(), self.meta_stop.clone()));
         self.health.set(health::Phase::Serving);
         let health = self.health.clone();

@@ -62,7 +62,7 @@ pub async fn run(listener: TcpListener, broker: Arc<Broker>, shutdown: impl Futu
                     let (broker, limits, token) = (broker.clone(), limits.clone(), token.child_token());
                     let span = tracing::info_span!("conn", %peer);
                     conns.spawn(async move {
-                        if let Err(e) = connection(stream, broker, limits, token).await {
+                        if let Err(e) = connection(stream, peer, broker, limits, token).await {
                             tracing::info!(reason = %e, "closing connection");
                         }
                         drop(permit);
@@ -146,6 +146,7 @@ async fn read_frames(
 
 async fn connection(
     stream: TcpStream,
+    peer: std::net::SocketAddr,
     broker: Arc<Broker>,
     limits: Arc<Limits>,
     token: CancellationToken,
@@ -162,7 +163,7 @@ async fn connection(
                 Some(f) => {
                     let broker = broker.clone();
                     pending.push_back(async move {
-                        let r = handlers::dispatch(&broker, f.body).await;
+                        let r = handlers::dispatch(&broker, f.body, peer).await;
                         drop(f._permits);
                         r
                     });

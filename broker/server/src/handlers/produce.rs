@@ -56,6 +56,13 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
                 )));
                 continue;
             }
+            if topic.as_ref().is_some_and(|t| t.meta.name == crate::coordinator::OFFSETS_TOPIC) {
+                tr.partition_responses.push(fail(ApiError::new(
+                    ResponseError::InvalidTopicException,
+                    "Cannot append to internal topic __consumer_offsets",
+                )));
+                continue;
+            }
             let Some(topic) = topic.as_ref() else {
                 let e = if ctx.version >= 13 {
                     ResponseError::UnknownTopicId

@@ -1,0 +1,656 @@
+//! The group coordinator's runtime: one [`Shard`] (from `oxbow-group`) per partition of
+//! `__consumer_offsets` this broker leads, loaded by replaying the partition when leadership
+//! arrives and dropped when it leaves.
+//!
+//! Each shard is behind one async lock: an event runs the pure state machine, appends the
+//! records it asks for to the partition and waits for them to be acknowledged by the ISR
+//! (`offsets.commit.timeout.ms`), then answers. Parked JoinGroup and SyncGroup requests wait
+//! on oneshot channels keyed by [`Ticket`]. One timer task runs group deadlines (sessions,
+//! rebalance and sync timeouts, the initial delay) and offset expiry.
+//!
+//! Durability: a commit or a group change is answered after its record is in the partition's
+//! log and covered by the high watermark; it is on disk when the partition's flush policy says.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use oxbow_group::classic::{JoinRequest, JoinResponse, SyncRequest, SyncResponse};
+use oxbow_group::records::OffsetValue;
+use oxbow_group::shard::Listing;
+use oxbow_group::{GroupError, Out, Shard, Ticket, Write, partition_for};
+use oxbow_log::ReadStart;
+use oxbow_log::batch::{BatchIter, validate_produce};
+use oxbow_protocol::ResponseError;
+use oxbow_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::{Broker, Topic, now_ms};
+use crate::config::GroupSettings;
+use crate::errors::ApiError;
+use crate::partition::Partition;
+
+/// The internal topic holding committed offsets and group state.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+enum Waiter {
+    Join(oneshot::Sender<JoinResponse>),
+    Sync(oneshot::Sender<SyncResponse>),
+}
+
+struct SlotState {
+    shard: Shard,
+    waiters: HashMap<Ticket, Waiter>,
+    /// False once leadership moved away: requests holding this slot answer NOT_COORDINATOR.
+    alive: bool,
+}
+
+/// One loaded coordinator partition.
+struct Slot {
+    index: i32,
+    partition: Arc<Partition>,
+    leader_epoch: i32,
+    state: Arc<AsyncMutex<SlotState>>,
+}
+
+/// A group described by DescribeGroups.
+pub struct Described {
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<oxbow_group::classic::MemberSummary>,
+}
+
+/// One partition of an OffsetCommit.
+pub struct CommitEntry {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+}
+
+pub struct Coordinator {
+    settings: GroupSettings,
+    slots: parking_lot::Mutex<HashMap<i32, Arc<Slot>>>,
+    next_ticket: AtomicU64,
+    wake: Notify,
+    /// Serialises loading and the creation of `__consumer_offsets`.
+    loading: AsyncMutex<()>,
+}
+
+impl Coordinator {
+    pub fn new(settings: GroupSettings) -> Self {
+        Coordinator {
+            settings,
+            slots: parking_lot::Mutex::new(HashMap::new()),
+            next_ticket: AtomicU64::new(1),
+            wake: Notify::new(),
+            loading: AsyncMutex::new(()),
+        }
+    }
+
+    fn ticket(&self) -> Ticket {
+        Ticket(self.next_ticket.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// `__consumer_offsets`, created through the controller on first use.
+    pub async fn offsets_topic(&self, broker: &Broker) -> Result<Arc<Topic>, ApiError> {
+        if let Some(t) = broker.topic(OFFSETS_TOPIC) {
+            return Ok(t);
+        }
+        let _serial = self.loading.lock().await;
+        if let Some(t) = broker.topic(OFFSETS_TOPIC) {
+            return Ok(t);
+        }
+        // Until log compaction exists the topic keeps everything: time or size retention
+        // would delete the offsets of groups that commit rarely.
+        let configs: BTreeMap<String, String> = [
+            ("cleanup.policy", "delete".to_string()),
+            ("retention.ms", "-1".to_string()),
+            ("retention.bytes", "-1".to_string()),
+            ("segment.bytes", self.settings.topic_segment_bytes.to_string()),
+            ("compression.type", "producer".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        match broker.create_topic(OFFSETS_TOPIC, self.settings.topic_partitions, None, configs, false).await {
+            Ok(Some(t)) => Ok(t),
+            Ok(None) => Err(ApiError::new(ResponseError::CoordinatorNotAvailable, "offsets topic not created")),
+            Err(e) if e.error == ResponseError::TopicAlreadyExists => broker
+                .topic(OFFSETS_TOPIC)
+                .ok_or_else(|| ApiError::new(ResponseError::CoordinatorNotAvailable, "offsets topic not applied yet")),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The slot coordinating `group`, loading it if this broker just became its leader.
+    async fn slot(&self, broker: &Broker, group: &str) -> Result<Arc<Slot>, GroupError> {
+        let topic = broker.topic(OFFSETS_TOPIC).ok_or(GroupError::CoordinatorNotAvailable)?;
+        let index = partition_for(group, topic.meta.partitions);
+        self.slot_for(&topic, index).await
+    }
+
+    /// The live shard coordinating `group`, locked.
+    async fn locked(
+        &self,
+        broker: &Broker,
+        group: &str,
+    ) -> Result<(Arc<Slot>, OwnedMutexGuard<SlotState>), GroupError> {
+        let slot = self.slot(broker, group).await?;
+        let st = slot.state.clone().lock_owned().await;
+        if !st.alive {
+            return Err(GroupError::NotCoordinator);
+        }
+        Ok((slot, st))
+    }
+
+    async fn slot_for(&self, topic: &Topic, index: i32) -> Result<Arc<Slot>, GroupError> {
+        let part = topic.led(index).map_err(|_| GroupError::NotCoordinator)?.clone();
+        let epoch = part.leader_epoch().map_err(|_| GroupError::NotCoordinator)?;
+        let current = |slots: &HashMap<i32, Arc<Slot>>| {
+            slots.get(&index).filter(|s| Arc::ptr_eq(&s.partition, &part) && s.leader_epoch == epoch).cloned()
+        };
+        if let Some(s) = current(&self.slots.lock()) {
+            return Ok(s);
+        }
+        let _serial = self.loading.lock().await;
+        if let Some(s) = current(&self.slots.lock()) {
+            return Ok(s);
+        }
+        let started = std::time::Instant::now();
+        let shard = tokio::task::block_in_place(|| self.replay(&part))?;
+        let groups = shard.list().len();
+        let slot = Arc::new(Slot {
+            index,
+            partition: part,
+            leader_epoch: epoch,
+            state: Arc::new(AsyncMutex::new(SlotState { shard, waiters: HashMap::new(), alive: true })),
+        });
+        let old = self.slots.lock().insert(index, slot.clone());
+        if let Some(old) = old {
+            self.unload(old).await;
+        }
+        tracing::info!(
+            partition = index,
+            leader_epoch = epoch,
+            groups,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "loaded group coordinator partition"
+        );
+        self.wake.notify_one();
+        Ok(slot)
+    }
+
+    /// Rebuilds a shard from its partition's records.
+    fn replay(&self, part: &Partition) -> Result<Shard, GroupError> {
+        let mut shard = Shard::new(self.settings.group, self.settings.offsets);
+        let mut offset = part.offsets().map_err(|_| GroupError::NotCoordinator)?.log_start;
+        let mut skipped = 0usize;
+        loop {
+            let (start, _) = part.read(offset, 1 << 20, true).map_err(|(e, _)| {
+                tracing::error!(partition = part.index, offset, error = %e, "cannot read the offsets partition");
+                GroupError::CoordinatorLoadInProgress
+            })?;
+            let ReadStart::Plan(plan) = start else { break };
+            let bytes = plan.execute().map_err(|e| {
+                tracing::error!(partition = part.index, offset, error = %e, "cannot read the offsets partition");
+                GroupError::CoordinatorLoadInProgress
+            })?;
+            let next = BatchIter::new(&bytes).last().map(|(_, h)| h.next_offset());
+            let Some(next) = next.filter(|n| *n > offset) else { break };
+            let mut buf = bytes.clone();
+            match RecordBatchDecoder::decode_all(&mut buf) {
+                Ok(sets) => {
+                    for r in sets.iter().flat_map(|s| s.records.iter()) {
+                        if r.control || r.offset < offset {
+                            continue;
+                        }
+                        let Some(key) = &r.key else { continue };
+                        if shard.replay(key, r.value.as_deref()).is_err() {
+                            skipped += 1;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(partition = part.index, offset, error = %e, "skipping undecodable batches in the offsets partition");
+                }
+            }
+            offset = next;
+        }
+        if skipped > 0 {
+            tracing::warn!(partition = part.index, skipped, "skipped malformed records in the offsets partition");
+        }
+        shard.finish_load(now_ms());
+        Ok(shard)
+    }
+
+    async fn unload(&self, slot: Arc<Slot>) {
+        let mut st = slot.state.lock().await;
+        st.alive = false;
+        for (_, w) in st.waiters.drain() {
+            match w {
+                Waiter::Join(tx) => {
+                    let _ = tx.send(JoinResponse::error(GroupError::NotCoordinator, ""));
+                }
+                Waiter::Sync(tx) => {
+                    let _ = tx.send(SyncResponse::error(GroupError::NotCoordinator));
+                }
+            }
+        }
+        tracing::info!(partition = slot.index, "unloaded group coordinator partition");
+    }
+
+    /// Appends `writes` to the slot's partition and waits until the ISR has them.
+    async fn append(&self, broker: &Broker, slot: &Slot, writes: &[Write]) -> Result<(), GroupError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let now = now_ms();
+        let records: Vec<Record> = writes
+            .iter()
+            .enumerate()
+            .map(|(i, w)| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                // The encoder starts a new batch whenever offset - sequence changes.
+                sequence: i as i32 - 1,
+                timestamp: now,
+                key: Some(w.key().encode()),
+                value: w.value(),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions { version: 2, compression: Compression::None },
+        )
+        .map_err(|e| {
+            tracing::error!(error = %e, "cannot encode offsets records");
+            GroupError::UnknownServerError
+        })?;
+        let bytes = buf.freeze();
+        let topic = broker.topic(OFFSETS_TOPIC).ok_or(GroupError::NotCoordinator)?;
+        let batches = validate_produce(&bytes, topic.log_config.max_message_bytes).map_err(|e| {
+            tracing::warn!(error = %e, "offsets records refused");
+            GroupError::InvalidCommitOffsetSize
+        })?;
+        let fsync = topic.log_config.flush_messages != i64::MAX;
+        let append = || slot.partition.append(&bytes, &batches, Some(topic.min_insync), now);
+        let result = if fsync { tokio::task::block_in_place(append) } else { append() };
+        let r = result.map_err(|e| store_error(&e))?;
+        let timeout = Duration::from_millis(self.settings.commit_timeout_ms);
+        if !slot.partition.wait_for_hw(r.last_offset + 1, timeout).await {
+            return Err(GroupError::CoordinatorNotAvailable);
+        }
+        Ok(())
+    }
+
+    /// Delivers what the state machine returned, storing groups on the way.
+    async fn run(&self, broker: &Broker, slot: &Slot, st: &mut SlotState, outs: Vec<Out>) {
+        let mut queue: VecDeque<Out> = outs.into();
+        while let Some(o) = queue.pop_front() {
+            match o {
+                Out::Join(t, r) => {
+                    if let Some(Waiter::Join(tx)) = st.waiters.remove(&t) {
+                        let _ = tx.send(r);
+                    }
+                }
+                Out::Sync(t, r) => {
+                    if let Some(Waiter::Sync(tx)) = st.waiters.remove(&t) {
+                        let _ = tx.send(r);
+                    }
+                }
+                Out::Store { group, generation, then } => {
+                    let w = st.shard.group_write(&group);
+                    match self.append(broker, slot, &[w]).await {
+                        Ok(()) => {
+                            for x in then.into_iter().rev() {
+                                queue.push_front(x);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(group = %group, generation, error = ?e, "storing the group failed");
+                            for x in then {
+                                match x {
+                                    Out::Join(t, r) => {
+                                        queue.push_back(Out::Join(t, JoinResponse::error(e, &r.member_id)))
+                                    }
+                                    Out::Sync(t, _) => queue.push_back(Out::Sync(t, SyncResponse::error(e))),
+                                    Out::Store { .. } => {}
+                                }
+                            }
+                            if let Some(g) = st.shard.group_mut(&group) {
+                                queue.extend(g.store_failed(generation, now_ms()));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// JoinGroup; waits until the group answers (end of the join phase).
+    pub async fn join(&self, broker: &Broker, group: &str, req: JoinRequest) -> JoinResponse {
+        let member = req.member_id.clone();
+        let (tx, rx) = oneshot::channel();
+        {
+            let (slot, mut st) = match self.locked(broker, group).await {
+                Ok(x) => x,
+                Err(e) => return JoinResponse::error(e, &member),
+            };
+            let ticket = self.ticket();
+            st.waiters.insert(ticket, Waiter::Join(tx));
+            let prefix = req.instance_id.clone().unwrap_or_else(|| req.client_id.clone());
+            let new_id = format!("{prefix}-{}", uuid::Uuid::new_v4());
+            let outs = st.shard.join(group, req, ticket, new_id, now_ms());
+            self.run(broker, &slot, &mut st, outs).await;
+        }
+        self.wake.notify_one();
+        rx.await.unwrap_or_else(|_| JoinResponse::error(GroupError::NotCoordinator, &member))
+    }
+
+    /// SyncGroup; followers wait for the leader's assignment.
+    pub async fn sync(&self, broker: &Broker, group: &str, req: SyncRequest) -> SyncResponse {
+        let (tx, rx) = oneshot::channel();
+        {
+            let (slot, mut st) = match self.locked(broker, group).await {
+                Ok(x) => x,
+                Err(e) => return SyncResponse::error(e),
+            };
+            let ticket = self.ticket();
+            st.waiters.insert(ticket, Waiter::Sync(tx));
+            let outs = st.shard.sync(group, req, ticket, now_ms());
+            self.run(broker, &slot, &mut st, outs).await;
+        }
+        self.wake.notify_one();
+        rx.await.unwrap_or_else(|_| SyncResponse::error(GroupError::NotCoordinator))
+    }
+
+    pub async fn heartbeat(
+        &self,
+        broker: &Broker,
+        group: &str,
+        member: &str,
+        instance: Option<&str>,
+        generation: i32,
+    ) -> GroupError {
+        match self.locked(broker, group).await {
+            Ok((_, mut st)) => st.shard.heartbeat(group, member, instance, generation, now_ms()),
+            Err(e) => e,
+        }
+    }
+
+    /// LeaveGroup: the top-level error and each member's.
+    pub async fn leave(
+        &self,
+        broker: &Broker,
+        group: &str,
+        members: &[(String, Option<String>)],
+    ) -> (GroupError, Vec<GroupError>) {
+        let result = {
+            let (slot, mut st) = match self.locked(broker, group).await {
+                Ok(x) => x,
+                Err(e) => return (e, Vec::new()),
+            };
+            let (top, errors, outs) = st.shard.leave(group, members, now_ms());
+            self.run(broker, &slot, &mut st, outs).await;
+            (top, errors)
+        };
+        self.wake.notify_one();
+        result
+    }
+
+    /// OffsetCommit of checked entries: the group-level error, or each entry's.
+    pub async fn commit(
+        &self,
+        broker: &Broker,
+        group: &str,
+        member: &str,
+        instance: Option<&str>,
+        generation: i32,
+        entries: Vec<CommitEntry>,
+    ) -> Result<GroupError, GroupError> {
+        let (slot, mut st) = self.locked(broker, group).await?;
+        let now = now_ms();
+        st.shard.validate_commit(group, member, instance, generation, now)?;
+        let writes: Vec<Write> = entries
+            .into_iter()
+            .map(|e| Write::Offset {
+                group: group.to_string(),
+                topic: e.topic,
+                partition: e.partition,
+                value: Some(OffsetValue {
+                    offset: e.offset,
+                    leader_epoch: e.leader_epoch,
+                    metadata: e.metadata,
+                    commit_timestamp: now,
+                    expire_timestamp: None,
+                }),
+            })
+            .collect();
+        match self.append(broker, &slot, &writes).await {
+            Ok(()) => {
+                st.shard.apply(&writes);
+                Ok(GroupError::None)
+            }
+            Err(e) => Ok(e),
+        }
+    }
+
+    /// Whether `metadata` fits `offset.metadata.max.bytes`.
+    pub fn metadata_fits(&self, metadata: &str) -> bool {
+        metadata.len() <= self.settings.offsets.metadata_max_bytes
+    }
+
+    /// Committed offsets of `group`: of the named partitions, or of all (`None`).
+    /// Each is (topic, partition, offset, leader epoch, metadata); -1 where none is committed.
+    pub async fn fetch_offsets(
+        &self,
+        broker: &Broker,
+        group: &str,
+        wanted: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Result<Vec<(String, Vec<(i32, Option<OffsetValue>)>)>, GroupError> {
+        let (_, st) = self.locked(broker, group).await?;
+        Ok(match wanted {
+            Some(topics) => topics
+                .into_iter()
+                .map(|(t, ps)| {
+                    let parts = ps.into_iter().map(|p| (p, st.shard.offset(group, &t, p).cloned())).collect();
+                    (t, parts)
+                })
+                .collect(),
+            None => {
+                let mut by_topic: BTreeMap<String, Vec<(i32, Option<OffsetValue>)>> = BTreeMap::new();
+                for ((t, p), v) in st.shard.offsets(group) {
+                    by_topic.entry(t.clone()).or_default().push((*p, Some(v.clone())));
+                }
+                by_topic.into_iter().collect()
+            }
+        })
+    }
+
+    /// OffsetDelete: each partition's error.
+    pub async fn delete_offsets(
+        &self,
+        broker: &Broker,
+        group: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<GroupError>, GroupError> {
+        let (slot, mut st) = self.locked(broker, group).await?;
+        let (errors, writes) = st.shard.delete_offsets(group, partitions)?;
+        self.append(broker, &slot, &writes).await?;
+        st.shard.apply(&writes);
+        Ok(errors)
+    }
+
+    /// DeleteGroups for one group.
+    pub async fn delete_group(&self, broker: &Broker, group: &str) -> GroupError {
+        let (slot, mut st) = match self.locked(broker, group).await {
+            Ok(x) => x,
+            Err(e) => return e,
+        };
+        let writes = match st.shard.delete_group(group) {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        if let Err(e) = self.append(broker, &slot, &writes).await {
+            return e;
+        }
+        st.shard.apply(&writes);
+        let outs = st.shard.remove_group(group, now_ms());
+        self.run(broker, &slot, &mut st, outs).await;
+        tracing::info!(group, "deleted group");
+        GroupError::None
+    }
+
+    pub async fn describe(&self, broker: &Broker, group: &str) -> Result<Option<Described>, GroupError> {
+        let (_, st) = self.locked(broker, group).await?;
+        Ok(st.shard.group(group).map(|g| Described {
+            state: g.state().name(),
+            protocol_type: g.protocol_type().unwrap_or_default().to_string(),
+            protocol: if g.state() == oxbow_group::GroupState::Stable {
+                g.protocol().unwrap_or_default().to_string()
+            } else {
+                String::new()
+            },
+            members: g.describe(),
+        }))
+    }
+
+    /// Every group this broker coordinates.
+    pub async fn list(&self, broker: &Broker) -> Result<Vec<Listing>, GroupError> {
+        self.sync_leadership(broker).await;
+        let slots: Vec<Arc<Slot>> = self.slots.lock().values().cloned().collect();
+        let mut out = Vec::new();
+        for s in slots {
+            let st = s.state.lock().await;
+            if st.alive {
+                out.extend(st.shard.list());
+            }
+        }
+        out.sort_by(|a, b| a.group.cmp(&b.group));
+        Ok(out)
+    }
+
+    /// Loads the partitions this broker leads and drops those it no longer leads.
+    async fn sync_leadership(&self, broker: &Broker) {
+        let Some(topic) = broker.topic(OFFSETS_TOPIC) else {
+            let all: Vec<Arc<Slot>> = self.slots.lock().drain().map(|(_, s)| s).collect();
+            for s in all {
+                self.unload(s).await;
+            }
+            return;
+        };
+        for index in 0..topic.meta.partitions {
+            let led = topic.led(index).is_ok();
+            let loaded = self.slots.lock().get(&index).cloned();
+            if led {
+                if let Err(e) = self.slot_for(&topic, index).await {
+                    tracing::warn!(partition = index, error = ?e, "cannot load group coordinator partition");
+                }
+            } else if let Some(s) = loaded {
+                self.slots.lock().remove(&index);
+                self.unload(s).await;
+            }
+        }
+    }
+
+    /// The timer task: group deadlines, leadership changes, offset expiry.
+    pub async fn run_timers(self: Arc<Self>, broker: Arc<Broker>, stop: CancellationToken) {
+        let mut last_version = u64::MAX;
+        let mut next_expiry = now_ms() + self.settings.retention_check_interval_ms as i64;
+        loop {
+            let version = broker.image().version;
+            if version != last_version {
+                self.sync_leadership(&broker).await;
+                last_version = version;
+            }
+            let now = now_ms();
+            let expire = now >= next_expiry;
+            if expire {
+                next_expiry = now + self.settings.retention_check_interval_ms as i64;
+            }
+            let mut next = now + 1000;
+            let slots: Vec<Arc<Slot>> = self.slots.lock().values().cloned().collect();
+            for slot in slots {
+                let mut st = slot.state.lock().await;
+                if !st.alive {
+                    continue;
+                }
+                if st.shard.next_deadline().is_some_and(|d| d <= now) {
+                    let outs = st.shard.tick(now);
+                    self.run(&broker, &slot, &mut st, outs).await;
+                }
+                if expire {
+                    self.expire(&broker, &slot, &mut st, now).await;
+                }
+                if let Some(d) = st.shard.next_deadline() {
+                    next = next.min(d);
+                }
+            }
+            if expire {
+                next = next.min(next_expiry);
+            }
+            let wait = Duration::from_millis(u64::try_from(next - now_ms()).unwrap_or(0).max(1));
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    async fn expire(&self, broker: &Broker, slot: &Slot, st: &mut SlotState, now: i64) {
+        let (writes, gone) = st.shard.expired(now);
+        if writes.is_empty() {
+            return;
+        }
+        match self.append(broker, slot, &writes).await {
+            Ok(()) => {
+                st.shard.apply(&writes);
+                for g in &gone {
+                    let outs = st.shard.remove_group(g, now);
+                    self.run(broker, slot, st, outs).await;
+                }
+                tracing::info!(
+                    partition = slot.index,
+                    offsets = writes.len() - gone.len(),
+                    groups = gone.len(),
+                    "expired committed offsets"
+                );
+            }
+            Err(e) => tracing::warn!(partition = slot.index, error = ?e, "cannot write offset expiry"),
+        }
+    }
+
+    /// The leader of the coordinator partition of `group`: (node id, partition).
+    pub fn coordinator_of(&self, topic: &Topic, group: &str) -> (i32, i32) {
+        let index = partition_for(group, topic.meta.partitions);
+        let leader = usize::try_from(index).ok().and_then(|i| topic.states.get(i)).map_or(-1, |s| s.leader);
+        (leader, index)
+    }
+}
+
+/// Kafka's coordinator errors for a failed append to `__consumer_offsets`.
+fn store_error(e: &ApiError) -> GroupError {
+    match e.error {
+        ResponseError::NotLeaderOrFollower | ResponseError::KafkaStorageError => GroupError::NotCoordinator,
+        ResponseError::MessageTooLarge | ResponseError::RecordListTooLarge => GroupError::InvalidCommitOffsetSize,
+        _ => GroupError::CoordinatorNotAvailable,
+    }
+}

@@ -1,0 +1,280 @@
+//! Consumer group APIs (classic protocol): FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+//! LeaveGroup, and the admin side: ListGroups, DescribeGroups, DeleteGroups. The decisions are
+//! the coordinator's ([`crate::coordinator`]); this module translates the wire messages.
+
+use oxbow_group::GroupError;
+use oxbow_group::classic::{JoinRequest, SyncRequest};
+use oxbow_protocol::ResponseError;
+use oxbow_protocol::messages::delete_groups_response::DeletableGroupResult;
+use oxbow_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use oxbow_protocol::messages::find_coordinator_response::Coordinator as FoundCoordinator;
+use oxbow_protocol::messages::join_group_response::JoinGroupResponseMember;
+use oxbow_protocol::messages::leave_group_response::MemberResponse;
+use oxbow_protocol::messages::list_groups_response::ListedGroup;
+use oxbow_protocol::messages::{
+    BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, SyncGroupRequest,
+    SyncGroupResponse,
+};
+
+use super::Ctx;
+use super::util::{OPERATIONS_NOT_REQUESTED, s};
+
+/// Kafka's "all group operations" bitfield (READ, DELETE, DESCRIBE) for authorized operations.
+const ALL_GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+
+/// One FindCoordinator answer: (node, host, port, error, message).
+async fn find_one(ctx: &Ctx<'_>, key: &str, key_type: i8) -> FoundCoordinator {
+    let mut c = FoundCoordinator::default();
+    c.key = s(key);
+    c.node_id = BrokerId(-1);
+    c.port = -1;
+    let fail = |mut c: FoundCoordinator, e: ResponseError, msg: String| {
+        c.error_code = e.code();
+        c.error_message = Some(s(msg));
+        c
+    };
+    if key_type != 0 {
+        let what = if key_type == 1 { "transactions are not supported yet" } else { "unknown coordinator key type" };
+        return fail(c, ResponseError::InvalidRequest, format!("key type {key_type}: {what}"));
+    }
+    let b = ctx.broker;
+    let topic = match b.groups.offsets_topic(b).await {
+        Ok(t) => t,
+        Err(e) => return fail(c, ResponseError::CoordinatorNotAvailable, e.message),
+    };
+    let (leader, partition) = b.groups.coordinator_of(&topic, key);
+    let endpoint = b.image().brokers.get(&leader).filter(|r| !r.fenced).and_then(|r| r.listeners.first().cloned());
+    match endpoint {
+        Some(l) => {
+            c.node_id = BrokerId(leader);
+            c.host = s(l.host);
+            c.port = i32::from(l.port);
+            c.error_message = None;
+        }
+        None => {
+            return fail(
+                c,
+                ResponseError::CoordinatorNotAvailable,
+                format!("partition {partition} of __consumer_offsets has no available leader"),
+            );
+        }
+    }
+    c
+}
+
+pub async fn find_coordinator(ctx: &Ctx<'_>, req: FindCoordinatorRequest) -> FindCoordinatorResponse {
+    let mut resp = FindCoordinatorResponse::default();
+    if ctx.version >= 4 {
+        for key in &req.coordinator_keys {
+            resp.coordinators.push(find_one(ctx, key.as_str(), req.key_type).await);
+        }
+        return resp;
+    }
+    let c = find_one(ctx, req.key.as_str(), req.key_type).await;
+    resp.error_code = c.error_code;
+    resp.error_message = c.error_message;
+    resp.node_id = c.node_id;
+    resp.host = c.host;
+    resp.port = c.port;
+    resp
+}
+
+pub async fn join_group(ctx: &Ctx<'_>, req: JoinGroupRequest) -> JoinGroupResponse {
+    let b = ctx.broker;
+    let group = req.group_id.0.to_string();
+    let session = req.session_timeout_ms;
+    let join = JoinRequest {
+        member_id: req.member_id.to_string(),
+        instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
+        client_id: ctx.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
+        client_host: format!("/{}", ctx.peer.ip()),
+        session_timeout_ms: session,
+        rebalance_timeout_ms: if ctx.version >= 1 { req.rebalance_timeout_ms } else { session },
+        protocol_type: req.protocol_type.to_string(),
+        protocols: req.protocols.iter().map(|p| (p.name.to_string(), p.metadata.clone())).collect(),
+        require_known_member: ctx.version >= 4,
+        supports_skip_assignment: ctx.version >= 9,
+    };
+    let r = b.groups.join(b, &group, join).await;
+    if r.error != GroupError::None && r.error != GroupError::MemberIdRequired {
+        tracing::debug!(group = %group, error = ?r.error, "JoinGroup refused");
+    }
+    let mut resp = JoinGroupResponse::default();
+    resp.error_code = r.error.code();
+    resp.generation_id = r.generation;
+    resp.protocol_type = r.protocol_type.map(s);
+    resp.protocol_name = r.protocol_name.map(s);
+    if ctx.version < 7 && resp.protocol_name.is_none() {
+        // Before v7 the protocol name is not nullable.
+        resp.protocol_name = Some(s(""));
+    }
+    resp.leader = s(r.leader);
+    resp.skip_assignment = r.skip_assignment;
+    resp.member_id = s(r.member_id);
+    resp.members = r
+        .members
+        .into_iter()
+        .map(|m| {
+            let mut x = JoinGroupResponseMember::default();
+            x.member_id = s(m.member_id);
+            x.group_instance_id = m.instance_id.map(s);
+            x.metadata = m.metadata;
+            x
+        })
+        .collect();
+    resp
+}
+
+pub async fn sync_group(ctx: &Ctx<'_>, req: SyncGroupRequest) -> SyncGroupResponse {
+    let b = ctx.broker;
+    if ctx.version >= 5 && (req.protocol_type.is_none() || req.protocol_name.is_none()) {
+        // As Kafka's request validation: from v5 both are mandatory.
+        let mut resp = SyncGroupResponse::default();
+        resp.error_code = GroupError::InconsistentGroupProtocol.code();
+        return resp;
+    }
+    let group = req.group_id.0.to_string();
+    let sync = SyncRequest {
+        member_id: req.member_id.to_string(),
+        instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
+        generation: req.generation_id,
+        protocol_type: req.protocol_type.as_ref().map(|p| p.to_string()),
+        protocol_name: req.protocol_name.as_ref().map(|p| p.to_string()),
+        assignments: req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect(),
+    };
+    let r = b.groups.sync(b, &group, sync).await;
+    let mut resp = SyncGroupResponse::default();
+    resp.error_code = r.error.code();
+    resp.protocol_type = r.protocol_type.map(s);
+    resp.protocol_name = r.protocol_name.map(s);
+    resp.assignment = r.assignment;
+    resp
+}
+
+pub async fn heartbeat(ctx: &Ctx<'_>, req: HeartbeatRequest) -> HeartbeatResponse {
+    let b = ctx.broker;
+    let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
+    let e = b
+        .groups
+        .heartbeat(b, req.group_id.0.as_str(), req.member_id.as_str(), instance.as_deref(), req.generation_id)
+        .await;
+    let mut resp = HeartbeatResponse::default();
+    resp.error_code = e.code();
+    resp
+}
+
+pub async fn leave_group(ctx: &Ctx<'_>, req: LeaveGroupRequest) -> LeaveGroupResponse {
+    let b = ctx.broker;
+    let members: Vec<(String, Option<String>)> = if ctx.version >= 3 {
+        req.members
+            .iter()
+            .map(|m| (m.member_id.to_string(), m.group_instance_id.as_ref().map(|i| i.to_string())))
+            .collect()
+    } else {
+        vec![(req.member_id.to_string(), None)]
+    };
+    let (top, errors) = b.groups.leave(b, req.group_id.0.as_str(), &members).await;
+    let mut resp = LeaveGroupResponse::default();
+    if ctx.version >= 3 {
+        resp.error_code = top.code();
+        resp.members = members
+            .iter()
+            .zip(errors.iter().copied().chain(std::iter::repeat(top)))
+            .map(|((m, i), e)| {
+                let mut r = MemberResponse::default();
+                r.member_id = s(m.clone());
+                r.group_instance_id = i.clone().map(s);
+                r.error_code = e.code();
+                r
+            })
+            .collect();
+    } else {
+        let e = if top != GroupError::None { top } else { errors.first().copied().unwrap_or(GroupError::None) };
+        resp.error_code = e.code();
+    }
+    resp
+}
+
+pub async fn list_groups(ctx: &Ctx<'_>, req: ListGroupsRequest) -> ListGroupsResponse {
+    let b = ctx.broker;
+    let mut resp = ListGroupsResponse::default();
+    let listed = match b.groups.list(b).await {
+        Ok(l) => l,
+        Err(e) => {
+            resp.error_code = e.code();
+            return resp;
+        }
+    };
+    let states: Vec<String> = req.states_filter.iter().map(|x| x.to_lowercase()).collect();
+    let types: Vec<String> = req.types_filter.iter().map(|x| x.to_lowercase()).collect();
+    for g in listed {
+        if !states.is_empty() && !states.contains(&g.state.name().to_lowercase()) {
+            continue;
+        }
+        if !types.is_empty() && !types.iter().any(|t| t == "classic") {
+            continue;
+        }
+        let mut x = ListedGroup::default();
+        x.group_id = GroupId(s(g.group));
+        x.protocol_type = s(g.protocol_type);
+        x.group_state = s(g.state.name());
+        x.group_type = s("classic");
+        resp.groups.push(x);
+    }
+    resp
+}
+
+pub async fn describe_groups(ctx: &Ctx<'_>, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
+    let b = ctx.broker;
+    let mut resp = DescribeGroupsResponse::default();
+    for id in &req.groups {
+        let mut g = DescribedGroup::default();
+        g.group_id = id.clone();
+        g.authorized_operations =
+            if req.include_authorized_operations { ALL_GROUP_OPERATIONS } else { OPERATIONS_NOT_REQUESTED };
+        match b.groups.describe(b, id.0.as_str()).await {
+            Ok(Some(d)) => {
+                g.group_state = s(d.state);
+                g.protocol_type = s(d.protocol_type);
+                g.protocol_data = s(d.protocol);
+                g.members = d
+                    .members
+                    .into_iter()
+                    .map(|m| {
+                        let mut x = DescribedGroupMember::default();
+                        x.member_id = s(m.member_id);
+                        x.group_instance_id = m.instance_id.map(s);
+                        x.client_id = s(m.client_id);
+                        x.client_host = s(m.client_host);
+                        x.member_metadata = m.metadata;
+                        x.member_assignment = m.assignment;
+                        x
+                    })
+                    .collect();
+            }
+            Ok(None) if ctx.version >= 6 => {
+                g.error_code = ResponseError::GroupIdNotFound.code();
+                g.error_message = Some(s(format!("Group {} not found.", id.0.as_str())));
+                g.group_state = s("Dead");
+            }
+            Ok(None) => g.group_state = s("Dead"),
+            Err(e) => g.error_code = e.code(),
+        }
+        resp.groups.push(g);
+    }
+    resp
+}
+
+pub async fn delete_groups(ctx: &Ctx<'_>, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let b = ctx.broker;
+    let mut resp = DeleteGroupsResponse::default();
+    for id in &req.groups_names {
+        let mut r = DeletableGroupResult::default();
+        r.group_id = id.clone();
+        r.error_code = b.groups.delete_group(b, id.0.as_str()).await.code();
+        resp.results.push(r);
+    }
+    resp
+}

@@ -1,0 +1,204 @@
+//! Committed offsets: OffsetCommit, OffsetFetch (single and multi-group), OffsetDelete.
+//! Partitions of unknown topics and oversized metadata are refused per partition, as Kafka
+//! does, before the group is asked.
+
+use oxbow_group::GroupError;
+use oxbow_group::records::OffsetValue;
+use oxbow_protocol::ResponseError;
+use oxbow_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+use oxbow_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+use oxbow_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
+};
+use oxbow_protocol::messages::{
+    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
+    OffsetFetchResponse,
+};
+
+use super::Ctx;
+use super::util::s;
+use crate::coordinator::CommitEntry;
+
+/// Whether `topic` has partition `p` in this broker's metadata.
+fn partition_exists(ctx: &Ctx<'_>, topic: &str, p: i32) -> bool {
+    ctx.broker.topic(topic).is_some_and(|t| p >= 0 && p < t.meta.partitions)
+}
+
+pub async fn offset_commit(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCommitResponse {
+    let b = ctx.broker;
+    let mut resp = OffsetCommitResponse::default();
+    // (topic slot, partition slot) of each entry sent to the coordinator.
+    let mut slots = Vec::new();
+    let mut entries = Vec::new();
+    for t in &req.topics {
+        let mut rt = OffsetCommitResponseTopic::default();
+        rt.name = t.name.clone();
+        rt.topic_id = t.topic_id;
+        for p in &t.partitions {
+            let mut rp = OffsetCommitResponsePartition::default();
+            rp.partition_index = p.partition_index;
+            let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
+            if !partition_exists(ctx, t.name.0.as_str(), p.partition_index) {
+                rp.error_code = ResponseError::UnknownTopicOrPartition.code();
+            } else if !b.groups.metadata_fits(&metadata) {
+                rp.error_code = ResponseError::OffsetMetadataTooLarge.code();
+            } else {
+                slots.push((resp.topics.len(), rt.partitions.len()));
+                entries.push(CommitEntry {
+                    topic: t.name.0.to_string(),
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: if ctx.version >= 6 { p.committed_leader_epoch } else { -1 },
+                    metadata,
+                });
+            }
+            rt.partitions.push(rp);
+        }
+        resp.topics.push(rt);
+    }
+    if entries.is_empty() {
+        return resp;
+    }
+    let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
+    let result = b
+        .groups
+        .commit(
+            b,
+            req.group_id.0.as_str(),
+            req.member_id.as_str(),
+            instance.as_deref(),
+            req.generation_id_or_member_epoch,
+            entries,
+        )
+        .await;
+    let e = match result {
+        Ok(e) | Err(e) => e,
+    };
+    if e != GroupError::None {
+        tracing::debug!(group = %req.group_id.0.as_str(), error = ?e, "OffsetCommit refused");
+    }
+    for (t, p) in slots {
+        resp.topics[t].partitions[p].error_code = e.code();
+    }
+    resp
+}
+
+fn no_offset() -> OffsetValue {
+    OffsetValue { offset: -1, leader_epoch: -1, metadata: String::new(), commit_timestamp: -1, expire_timestamp: None }
+}
+
+/// Fills a fetched partition (the v8+ and older response types have the same fields).
+macro_rules! fill_fetched {
+    ($rp:ident, $p:expr, $v:expr) => {{
+        let v = $v.unwrap_or_else(no_offset);
+        $rp.partition_index = $p;
+        $rp.committed_offset = v.offset;
+        $rp.committed_leader_epoch = v.leader_epoch;
+        $rp.metadata = Some(s(v.metadata));
+    }};
+}
+
+type Fetched = Result<Vec<(String, Vec<(i32, Option<OffsetValue>)>)>, GroupError>;
+
+async fn fetch_group(ctx: &Ctx<'_>, group: &str, topics: Option<Vec<(String, Vec<i32>)>>) -> Fetched {
+    ctx.broker.groups.fetch_offsets(ctx.broker, group, topics).await
+}
+
+pub async fn offset_fetch(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetchResponse {
+    let mut resp = OffsetFetchResponse::default();
+    if ctx.version >= 8 {
+        for g in &req.groups {
+            let wanted = g
+                .topics
+                .as_ref()
+                .map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.clone())).collect());
+            let mut rg = OffsetFetchResponseGroup::default();
+            rg.group_id = g.group_id.clone();
+            match fetch_group(ctx, g.group_id.0.as_str(), wanted).await {
+                Ok(topics) => {
+                    for (name, parts) in topics {
+                        let mut rt = OffsetFetchResponseTopics::default();
+                        rt.name = super::util::topic_name(&name);
+                        for (p, v) in parts {
+                            let mut rp = OffsetFetchResponsePartitions::default();
+                            fill_fetched!(rp, p, v);
+                            rt.partitions.push(rp);
+                        }
+                        rg.topics.push(rt);
+                    }
+                }
+                Err(e) => rg.error_code = e.code(),
+            }
+            resp.groups.push(rg);
+        }
+        return resp;
+    }
+    let wanted: Option<Vec<(String, Vec<i32>)>> =
+        req.topics.as_ref().map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.clone())).collect());
+    match fetch_group(ctx, req.group_id.0.as_str(), wanted.clone()).await {
+        Ok(topics) => {
+            for (name, parts) in topics {
+                let mut rt = OffsetFetchResponseTopic::default();
+                rt.name = super::util::topic_name(&name);
+                for (p, v) in parts {
+                    let mut rp = OffsetFetchResponsePartition::default();
+                    fill_fetched!(rp, p, v);
+                    rt.partitions.push(rp);
+                }
+                resp.topics.push(rt);
+            }
+        }
+        Err(e) => {
+            resp.error_code = e.code();
+            // v1 has no top-level error: each partition carries it.
+            for (name, parts) in wanted.unwrap_or_default() {
+                let mut rt = OffsetFetchResponseTopic::default();
+                rt.name = super::util::topic_name(&name);
+                for p in parts {
+                    let mut rp = OffsetFetchResponsePartition::default();
+                    fill_fetched!(rp, p, None);
+                    rp.error_code = e.code();
+                    rt.partitions.push(rp);
+                }
+                resp.topics.push(rt);
+            }
+        }
+    }
+    resp
+}
+
+pub async fn offset_delete(ctx: &Ctx<'_>, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
+    let b = ctx.broker;
+    let mut resp = OffsetDeleteResponse::default();
+    let mut asked = Vec::new();
+    let mut slots = Vec::new();
+    for t in &req.topics {
+        let mut rt = OffsetDeleteResponseTopic::default();
+        rt.name = t.name.clone();
+        for p in &t.partitions {
+            let mut rp = OffsetDeleteResponsePartition::default();
+            rp.partition_index = p.partition_index;
+            if partition_exists(ctx, t.name.0.as_str(), p.partition_index) {
+                slots.push((resp.topics.len(), rt.partitions.len()));
+                asked.push((t.name.0.to_string(), p.partition_index));
+            } else {
+                rp.error_code = ResponseError::UnknownTopicOrPartition.code();
+            }
+            rt.partitions.push(rp);
+        }
+        resp.topics.push(rt);
+    }
+    match b.groups.delete_offsets(b, req.group_id.0.as_str(), &asked).await {
+        Ok(errors) => {
+            for ((t, p), e) in slots.into_iter().zip(errors) {
+                resp.topics[t].partitions[p].error_code = e.code();
+            }
+        }
+        Err(e) => {
+            resp.error_code = e.code();
+            resp.topics.clear();
+        }
+    }
+    resp
+}
