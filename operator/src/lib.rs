@@ -37,3 +37,11 @@ pub enum Error {
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
+
+/// This package's directory (golden files, generated CRDs). Cargo's value at run time comes
+/// first: a binary reused from a build in another checkout (a shared target dir) would
+/// otherwise look at that checkout.
+pub fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")), std::path::PathBuf::from)
+}

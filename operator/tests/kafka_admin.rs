@@ -29,7 +29,7 @@ fn broker_bin() -> PathBuf {
     }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+        .unwrap_or_else(|| oxbow_operator::manifest_dir().join("../target"));
     target.join("release/oxbow-broker")
 }
 

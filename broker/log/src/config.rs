@@ -53,6 +53,16 @@ pub struct LogConfig {
     pub log_append_time: bool,
     /// `cleanup.policy` contains `delete`
     pub cleanup_delete: bool,
+    /// `cleanup.policy` contains `compact`
+    pub cleanup_compact: bool,
+    /// `delete.retention.ms`: how long a tombstone outlives the records it deletes
+    pub delete_retention_ms: i64,
+    /// `min.compaction.lag.ms`: records younger than this are not compacted
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a dirty record older than this is compacted whatever the ratio
+    pub max_compaction_lag_ms: i64,
+    /// `min.cleanable.dirty.ratio`
+    pub min_cleanable_dirty_ratio: f64,
     /// `producer.id.expiration.ms`
     pub producer_id_expiration_ms: i64,
     /// `message.timestamp.after.max.ms`: CreateTime batches further ahead are refused
@@ -76,6 +86,11 @@ impl Default for LogConfig {
             compression: TargetCompression::Producer,
             log_append_time: false,
             cleanup_delete: true,
+            cleanup_compact: false,
+            delete_retention_ms: 86_400_000,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            min_cleanable_dirty_ratio: 0.5,
             producer_id_expiration_ms: 86_400_000,
             timestamp_after_max_ms: 3_600_000,
             timestamp_before_max_ms: i64::MAX,

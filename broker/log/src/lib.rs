@@ -6,12 +6,14 @@
 //!   is the only writable kind, [`segment::SealedSegment`] is read-only.
 //! - [`index`]: the sparse indexes, memory-mapped through [`mmap`] (the crate's only `unsafe`).
 //! - [`log`]: one partition's log: append, read, roll, retention, recovery, flush.
+//! - [`cleaner`]: log compaction (plan under the lock, clean outside it, crash-safe swap).
 //! - [`producer_state`]: idempotent producer sequences and their snapshots.
 //! - [`checkpoint`]: Kafka-format checkpoint files written atomically.
 //! - [`recompress`]: re-encoding for topics whose `compression.type` is not `producer`.
 
 pub mod batch;
 pub mod checkpoint;
+pub mod cleaner;
 pub mod config;
 pub mod error;
 pub mod index;

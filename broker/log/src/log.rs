@@ -127,6 +127,8 @@ pub struct Log {
     producers: ProducerState,
     unflushed_messages: i64,
     last_flush_ms: i64,
+    /// The log cleaner's first dirty offset (compacted topics).
+    cleaner_offset: i64,
 }
 
 fn settings(c: &LogConfig) -> SegmentSettings {
@@ -160,6 +162,7 @@ impl Log {
     pub fn open(dir: &Path, config: LogConfig, opts: OpenOptions) -> Result<(Self, RecoveryReport)> {
         std::fs::create_dir_all(dir).map_err(LogError::io(dir))?;
         let mut report = RecoveryReport::default();
+        crate::cleaner::recover_swaps(dir)?;
         // Leftovers of interrupted operations.
         for entry in std::fs::read_dir(dir).map_err(LogError::io(dir))?.flatten() {
             let p = entry.path();
@@ -252,6 +255,7 @@ impl Log {
             producers: ProducerState::default(),
             unflushed_messages: 0,
             last_flush_ms: opts.now_ms,
+            cleaner_offset: crate::cleaner::read_checkpoint(dir).unwrap_or(0),
         };
         log.load_producer_state(opts.clean_shutdown)?;
         report.producers_loaded = log.producers.len();
@@ -340,6 +344,28 @@ impl Log {
 
     fn first_segment_base(&self) -> i64 {
         self.sealed.keys().next().copied().unwrap_or(self.active.core.base_offset)
+    }
+
+    pub(crate) fn sealed_segments(&self) -> impl Iterator<Item = &SealedSegment> {
+        self.sealed.values()
+    }
+
+    pub(crate) fn sealed_segment(&self, base: i64) -> Option<&SealedSegment> {
+        self.sealed.get(&base)
+    }
+
+    /// Puts `seg` in place of the sealed segment at `base` (the cleaner's swap).
+    pub(crate) fn replace_sealed(&mut self, base: i64, seg: SealedSegment) -> Option<SealedSegment> {
+        self.sealed.insert(base, seg)
+    }
+
+    /// The log cleaner's first dirty offset.
+    pub fn cleaner_offset(&self) -> i64 {
+        self.cleaner_offset
+    }
+
+    pub(crate) fn set_cleaner_offset(&mut self, offset: i64) {
+        self.cleaner_offset = offset;
     }
 
     pub fn dir(&self) -> &Path {

@@ -478,6 +478,29 @@ impl SealedSegment {
         Ok((sealed, truncated))
     }
 
+    /// A sealed segment from a complete log file in `dir`, its indexes built by a scan (the
+    /// log cleaner's output). A torn or corrupt batch is an error, not a cut.
+    pub(crate) fn build(dir: &Path, base_offset: i64, s: SegmentSettings) -> Result<SealedSegment> {
+        let (seg, truncated) = ActiveSegment::recover(dir, base_offset, s, 0)?;
+        if let Some(reason) = truncated {
+            return Err(LogError::Corrupt { path: seg.core.log_path.clone(), reason });
+        }
+        let mut sealed = seg.seal()?;
+        sealed.flushed = true;
+        Ok(sealed)
+    }
+
+    /// Points the segment at `dir` after its files were renamed there (open handles and maps
+    /// follow the files).
+    pub(crate) fn relocate(&mut self, dir: &Path) {
+        self.core.dir = dir.into();
+        self.core.log_path = dir.join(file_name(self.core.base_offset, "log"));
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.core.dir
+    }
+
     pub fn lookup_position(&self, offset: i64) -> u64 {
         position_of(self.core.base_offset, &self.offset_index, offset)
     }

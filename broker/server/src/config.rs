@@ -104,8 +104,8 @@ const LONG: i64 = i64::MAX;
 
 const COMPRESSION: &[&str] = &["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"];
 const TIMESTAMP_TYPES: &[&str] = &["CreateTime", "LogAppendTime"];
-/// Only `delete` until log compaction lands; `compact` is refused rather than silently ignored.
-const CLEANUP: &[&str] = &["delete"];
+/// `cleanup.policy` values (both: compacted, and old segments deleted by retention).
+pub const CLEANUP: &[&str] = &["delete", "compact", "compact,delete", "delete,compact"];
 
 const ROLES: &[&str] = &["broker,controller", "controller,broker", "broker", "controller"];
 
@@ -308,7 +308,7 @@ pub const KEYS: &[KeyDef] = &[
         name: "log.cleanup.policy",
         default: Some("delete"),
         kind: Kind::Choice(CLEANUP),
-        doc: "Only `delete` for now: log compaction is not implemented yet and is refused.",
+        doc: "`delete` (segments past retention are deleted), `compact` (the log cleaner keeps the latest record of every key), or both.",
     },
     KeyDef {
         name: "log.message.timestamp.type",
@@ -344,25 +344,37 @@ pub const KEYS: &[KeyDef] = &[
         name: "log.cleaner.delete.retention.ms",
         default: Some("86400000"),
         kind: Kind::Int { min: 0, max: LONG },
-        doc: "Accepted and reported; takes effect with log compaction (not implemented yet).",
+        doc: "How long a tombstone (a null value) is kept in a compacted log after it was written, so consumers can see the delete.",
     },
     KeyDef {
         name: "log.cleaner.min.compaction.lag.ms",
         default: Some("0"),
         kind: Kind::Int { min: 0, max: LONG },
-        doc: "Accepted and reported; takes effect with log compaction (not implemented yet).",
+        doc: "Segments with records younger than this are not compacted.",
     },
     KeyDef {
         name: "log.cleaner.max.compaction.lag.ms",
         default: Some("9223372036854775807"),
         kind: Kind::Int { min: 1, max: LONG },
-        doc: "Accepted and reported; takes effect with log compaction (not implemented yet).",
+        doc: "A compacted log whose uncleaned records are older than this is cleaned whatever its dirty ratio.",
     },
     KeyDef {
         name: "log.cleaner.min.cleanable.ratio",
         default: Some("0.5"),
         kind: Kind::Ratio,
-        doc: "Accepted and reported; takes effect with log compaction (not implemented yet).",
+        doc: "A compacted log is cleaned when its uncleaned (dirty) bytes are at least this share of the cleanable part.",
+    },
+    KeyDef {
+        name: "log.cleaner.enable",
+        default: Some("true"),
+        kind: Kind::Bool,
+        doc: "Run the log cleaner (compaction of `cleanup.policy=compact` topics, `__consumer_offsets` among them).",
+    },
+    KeyDef {
+        name: "log.cleaner.backoff.ms",
+        default: Some("15000"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "How often the log cleaner looks for compacted logs to clean.",
     },
     KeyDef {
         name: "log.segment.delete.delay.ms",
@@ -657,6 +669,10 @@ pub struct BrokerConfig {
     pub max_connections: usize,
     pub max_inflight_per_connection: usize,
     pub shutdown_timeout_ms: u64,
+    /// `log.cleaner.enable`
+    pub cleaner_enable: bool,
+    /// `log.cleaner.backoff.ms`
+    pub cleaner_backoff_ms: u64,
     /// The consumer group coordinator's settings (`group.*`, `offsets.*`).
     pub groups: GroupSettings,
     /// Defaults for every partition log (topic configs override them).
@@ -827,6 +843,7 @@ impl BrokerConfig {
         };
         let segment_ms = int("log.roll.ms").unwrap_or_else(|| int("log.roll.hours").unwrap_or(168) * 3_600_000);
         let flush_ms = int("log.flush.interval.ms").unwrap_or(i64::MAX);
+        let policy = get("log.cleanup.policy").unwrap_or_else(|| "delete".into());
         let log = LogConfig {
             segment_bytes: req_int("log.segment.bytes")? as u64,
             segment_ms,
@@ -840,7 +857,14 @@ impl BrokerConfig {
             compression: TargetCompression::parse(&get("compression.type").unwrap_or_default())
                 .unwrap_or(TargetCompression::Producer),
             log_append_time: get("log.message.timestamp.type").as_deref() == Some("LogAppendTime"),
-            cleanup_delete: true,
+            cleanup_delete: policy.split(',').any(|p| p.trim() == "delete"),
+            cleanup_compact: policy.split(',').any(|p| p.trim() == "compact"),
+            delete_retention_ms: req_int("log.cleaner.delete.retention.ms")?,
+            min_compaction_lag_ms: req_int("log.cleaner.min.compaction.lag.ms")?,
+            max_compaction_lag_ms: req_int("log.cleaner.max.compaction.lag.ms")?,
+            min_cleanable_dirty_ratio: get("log.cleaner.min.cleanable.ratio")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.5),
             producer_id_expiration_ms: req_int("producer.id.expiration.ms")?,
             timestamp_after_max_ms: req_int("log.message.timestamp.after.max.ms")?,
             timestamp_before_max_ms: req_int("log.message.timestamp.before.max.ms")?,
@@ -913,6 +937,8 @@ impl BrokerConfig {
             max_connections: req_int("max.connections")? as usize,
             max_inflight_per_connection: req_int("oxbow.max.inflight.requests.per.connection")? as usize,
             shutdown_timeout_ms: req_int("oxbow.shutdown.timeout.ms")? as u64,
+            cleaner_enable: bool_("log.cleaner.enable"),
+            cleaner_backoff_ms: req_int("log.cleaner.backoff.ms")? as u64,
             groups,
             http_listener: get("oxbow.http.listener").and_then(|v| v.parse().ok()),
             log,

@@ -108,12 +108,8 @@ impl Coordinator {
         if let Some(t) = broker.topic(OFFSETS_TOPIC) {
             return Ok(t);
         }
-        // Until log compaction exists the topic keeps everything: time or size retention
-        // would delete the offsets of groups that commit rarely.
         let configs: BTreeMap<String, String> = [
-            ("cleanup.policy", "delete".to_string()),
-            ("retention.ms", "-1".to_string()),
-            ("retention.bytes", "-1".to_string()),
+            ("cleanup.policy", "compact".to_string()),
             ("segment.bytes", self.settings.topic_segment_bytes.to_string()),
             ("compression.type", "producer".to_string()),
         ]

@@ -1,6 +1,6 @@
-//! Background jobs: retention and time-based rolling, flushing, checkpoints. Each runs on its
-//! own interval with `MissedTickBehavior::Skip` (never overlapping itself) and stops when its
-//! token is cancelled.
+//! Background jobs: retention and time-based rolling, flushing, checkpoints, the log cleaner.
+//! Each runs on its own interval with `MissedTickBehavior::Skip` (never overlapping itself) and
+//! stops when its token is cancelled.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,6 +68,40 @@ pub fn flush_pass(broker: &Broker) {
     }
 }
 
+/// One log cleaner pass: every compacted partition hosted here that is dirty enough is
+/// planned under its lock, cleaned outside it, and swapped in under the lock again.
+pub fn cleaner_pass(broker: &Broker) {
+    let now = now_ms();
+    for p in broker.all_partitions() {
+        let Ok(Some(plan)) = p.with_log(|l| l.plan_clean(now)) else { continue };
+        let cleaned = match oxbow_log::cleaner::clean(&plan, now) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "log cleaning failed");
+                continue;
+            }
+        };
+        let stats = cleaned.stats;
+        match p.with_log(|l| l.install_cleaned(cleaned)) {
+            Ok(Ok(swapped)) => tracing::info!(
+                topic = %p.topic,
+                partition = p.index,
+                dirty_from = plan.first_dirty,
+                upto = plan.end,
+                records_removed = stats.records_removed,
+                bytes_before = stats.bytes_before,
+                bytes_after = stats.bytes_after,
+                segments = swapped,
+                "compacted"
+            ),
+            Ok(Err(e)) => {
+                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "installing cleaned segments failed")
+            }
+            Err(_) => {} // deleted meanwhile
+        }
+    }
+}
+
 pub fn spawn_all(set: &mut JoinSet<()>, broker: Arc<Broker>, token: CancellationToken) {
     let c = &broker.config;
     let (retention, flush, checkpoint) =
@@ -82,6 +116,13 @@ pub fn spawn_all(set: &mut JoinSet<()>, broker: Arc<Broker>, token: Cancellation
         let b = b.clone();
         tokio::task::spawn_blocking(move || flush_pass(&b))
     }));
+    if broker.config.cleaner_enable {
+        let b = broker.clone();
+        set.spawn(every(broker.config.cleaner_backoff_ms, token.child_token(), move || {
+            let b = b.clone();
+            tokio::task::spawn_blocking(move || cleaner_pass(&b))
+        }));
+    }
     let b = broker;
     set.spawn(every(checkpoint, token.child_token(), move || {
         let b = b.clone();

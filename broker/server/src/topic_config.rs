@@ -32,8 +32,8 @@ pub const TOPIC_KEYS: &[TopicKeyDef] = &[
     TopicKeyDef {
         name: "cleanup.policy",
         broker_key: "log.cleanup.policy",
-        kind: Kind::Choice(&["delete"]),
-        doc: "`delete` (retention by time and size). `compact` is refused until compaction exists.",
+        kind: Kind::Choice(crate::config::CLEANUP),
+        doc: "`delete` (retention by time and size), `compact` (keep the latest record of every key; records need keys), or both.",
     },
     TopicKeyDef {
         name: "compression.type",
@@ -123,25 +123,25 @@ pub const TOPIC_KEYS: &[TopicKeyDef] = &[
         name: "delete.retention.ms",
         broker_key: "log.cleaner.delete.retention.ms",
         kind: Kind::Int { min: 0, max: LONG },
-        doc: "Accepted; effective with compaction (not yet).",
+        doc: "How long tombstones stay in a compacted log.",
     },
     TopicKeyDef {
         name: "min.compaction.lag.ms",
         broker_key: "log.cleaner.min.compaction.lag.ms",
         kind: Kind::Int { min: 0, max: LONG },
-        doc: "Accepted; effective with compaction (not yet).",
+        doc: "Records younger than this are not compacted.",
     },
     TopicKeyDef {
         name: "max.compaction.lag.ms",
         broker_key: "log.cleaner.max.compaction.lag.ms",
         kind: Kind::Int { min: 1, max: LONG },
-        doc: "Accepted; effective with compaction (not yet).",
+        doc: "Uncleaned records older than this are compacted whatever the dirty ratio.",
     },
     TopicKeyDef {
         name: "min.cleanable.dirty.ratio",
         broker_key: "log.cleaner.min.cleanable.ratio",
         kind: Kind::Ratio,
-        doc: "Accepted; effective with compaction (not yet).",
+        doc: "Share of uncleaned bytes that triggers a compaction pass.",
     },
     TopicKeyDef {
         name: "file.delete.delay.ms",
@@ -218,9 +218,6 @@ pub struct InvalidTopicConfig(pub String);
 pub fn validate(key: &str, value: Option<&str>) -> Result<(), InvalidTopicConfig> {
     let def = topic_key(key).ok_or_else(|| InvalidTopicConfig(format!("unknown topic config {key:?}")))?;
     let value = value.ok_or_else(|| InvalidTopicConfig(format!("{key}: null value")))?;
-    if key == "cleanup.policy" && value.split(',').any(|p| p.trim() == "compact") {
-        return Err(InvalidTopicConfig("cleanup.policy=compact: log compaction is not implemented yet".into()));
-    }
     if !def.kind.check(value) {
         return Err(InvalidTopicConfig(format!("invalid value {value:?} for {key}: expected {}", def.kind.accepted())));
     }
@@ -278,6 +275,22 @@ pub fn resolve(broker: &BrokerConfig, overrides: &BTreeMap<String, String>) -> L
     }
     if let Some(v) = overrides.get("compression.type").and_then(|v| TargetCompression::parse(v.trim())) {
         c.compression = v;
+    }
+    if let Some(v) = overrides.get("cleanup.policy") {
+        c.cleanup_delete = v.split(',').any(|p| p.trim() == "delete");
+        c.cleanup_compact = v.split(',').any(|p| p.trim() == "compact");
+    }
+    if let Some(v) = int("delete.retention.ms") {
+        c.delete_retention_ms = v;
+    }
+    if let Some(v) = int("min.compaction.lag.ms") {
+        c.min_compaction_lag_ms = v;
+    }
+    if let Some(v) = int("max.compaction.lag.ms") {
+        c.max_compaction_lag_ms = v;
+    }
+    if let Some(v) = overrides.get("min.cleanable.dirty.ratio").and_then(|v| v.trim().parse::<f64>().ok()) {
+        c.min_cleanable_dirty_ratio = v;
     }
     if let Some(v) = overrides.get("message.timestamp.type") {
         c.log_append_time = v.trim() == "LogAppendTime";
@@ -375,6 +388,8 @@ mod tests {
         assert!(validate("retention.ms", Some("-1")).is_ok());
         assert!(validate("retention.ms", Some("x")).is_err());
         assert!(validate("no.such", Some("1")).is_err());
-        assert!(validate("cleanup.policy", Some("compact")).is_err());
+        assert!(validate("cleanup.policy", Some("compact")).is_ok());
+        assert!(validate("cleanup.policy", Some("compact,delete")).is_ok());
+        assert!(validate("cleanup.policy", Some("shred")).is_err());
     }
 }

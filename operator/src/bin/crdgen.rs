@@ -2,12 +2,12 @@
 //!
 //! `crdgen` rewrites the files; `crdgen --check` fails (exit 1) if any differs, which CI runs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let check = std::env::args().any(|a| a == "--check");
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = oxbow_operator::manifest_dir().join("..");
     let mut drifted = Vec::new();
     for (path, text) in oxbow_operator::crdgen::files() {
         let full = root.join(&path);

@@ -88,6 +88,12 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
                     continue;
                 }
             };
+            if topic.log_config.cleanup_compact
+                && let Err(e) = oxbow_log::cleaner::check_keys(&records)
+            {
+                tr.partition_responses.push(fail(e.into()));
+                continue;
+            }
             let min_insync = (acks == -1).then_some(topic.min_insync);
             let fsync = topic.log_config.flush_messages != i64::MAX;
             let append = || partition.append(&records, &batches, min_insync, now);

@@ -2,7 +2,6 @@
 //! rewrites the files after an intended change; review the diff like any other code.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use kube::core::ObjectMeta;
 
@@ -41,7 +40,7 @@ fn render(d: &Desired) -> String {
 }
 
 fn golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    let path = crate::manifest_dir().join("tests/golden").join(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, actual).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
         return;
