@@ -1,6 +1,10 @@
 """Log compaction through librdkafka: a compacted topic with updates and tombstones ends with
 exactly the latest value of every key, and every read of the whole partition, before, during
 and after cleaning, sees the same latest state with offsets only going up.
+
+Against Apache Kafka (the reference runner) only the tombstone rule differs: Kafka keeps a
+tombstone for delete.retention.ms after the first cleaning that sees it; Oxbow drops tombstones
+older than delete.retention.ms by their timestamp.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from oxbow_harness import create_topic, wait_until
+from oxbow_harness import REFERENCE_KAFKA, create_topic, wait_until
 
 TOPIC = "compacted"
 KEYS = 50
@@ -55,7 +59,7 @@ def latest(records) -> dict[str, str]:
 
 def test_compaction_keeps_latest_values_and_reads_stay_consistent(broker_factory):
     broker = broker_factory({
-        "log.cleaner.backoff.ms": "300",
+        "log.cleaner.backoff.ms": "3000",
         "log.retention.check.interval.ms": "300",
     })
     create_topic(broker, TOPIC, 1, config={
@@ -83,9 +87,14 @@ def test_compaction_keeps_latest_values_and_reads_stay_consistent(broker_factory
     p.flush(10)
     assert errors and errors[0] is not None and errors[0].code() == KafkaError.INVALID_RECORD, errors
 
-    want = {f"k{k}": f"r{ROUNDS - 1}-k{k}" for k in range(11, KEYS)}
+    # Kafka rolls a segment only when a record arrives after segment.ms: one more record, later,
+    # so that the tombstones are in a sealed (cleanable) segment on both brokers.
+    time.sleep(1.5)
+    p.produce(TOPIC, key="zz", value="roll", partition=0)
+    assert p.flush(10) == 0
+    want = {f"k{k}": f"r{ROUNDS - 1}-k{k}" for k in range(11, KEYS)} | {"zz": "roll"}
     before = read_partition(broker)
-    assert len(before) == ROUNDS * KEYS + 11
+    assert len(before) >= len(want)
     assert latest(before) == want
 
     # Readers run while the cleaner works; each full read must show the same latest state.
@@ -106,18 +115,26 @@ def test_compaction_keeps_latest_values_and_reads_stay_consistent(broker_factory
     t = threading.Thread(target=reader)
     t.start()
     try:
-        # Compacted: the 39 live keys once each, k10's tombstone (recent), nothing else.
-        wait_until(lambda: len(read_partition(broker)) == KEYS - 10, 90, "the log compacted to one record per key")
+        # Compacted: every live key exactly once.
+        wait_until(lambda: len([1 for _, _, v in read_partition(broker) if v is not None]) == len(want), 90,
+                   "the log compacted to one record per key")
     finally:
         stop.set()
         t.join(120)
     assert not failures, failures[:3]
     after = read_partition(broker)
     assert latest(after) == want
-    assert [k for _, k, v in after if v is None] == ["k10"], "only the recent tombstone is left"
+    tombstones = [k for _, k, v in after if v is None]
+    if REFERENCE_KAFKA:
+        # Kafka keeps a tombstone for delete.retention.ms after the first cleaning that sees
+        # it (a delete horizon written into the batch), whatever its timestamp.
+        assert set(tombstones) <= {f"k{k}" for k in range(11)}, tombstones
+    else:
+        # Oxbow ages tombstones by their timestamp: the old ones are gone, the recent one stays.
+        assert tombstones == ["k10"], "only the recent tombstone is left"
     assert sorted(k for _, k, v in after if v is not None) == sorted(want)
     # Offsets are the original ones: the last record is still at the log end.
-    assert after[-1][0] == ROUNDS * KEYS + 10
+    assert after[-1][0] == ROUNDS * KEYS + 11
     print(f"reads during cleaning: {len(passes)} full passes, sizes {sorted(set(passes))[:5]}...")
 
     # Compaction survives a restart (clean) and a SIGKILL.
