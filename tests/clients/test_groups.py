@@ -153,3 +153,43 @@ def test_admin_lists_and_describes_groups(broker):
     assert admin.delete_consumer_groups(["rd-admin"])["rd-admin"].result() is None
     listed = admin.list_consumer_groups(request_timeout=10).result()
     assert "rd-admin" not in [g.group_id for g in listed.valid]
+
+
+def java_partition_for(group: str, partitions: int) -> int:
+    """Kafka's coordinator partition: Utils.abs(group.hashCode()) % partitions, where
+    String.hashCode runs over UTF-16 code units with 32-bit overflow."""
+    units = group.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i:i + 2], "big")) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def test_consumer_offsets_is_compacted_and_reloads(broker_factory):
+    """Hundreds of commits of one group end as a few records in its __consumer_offsets
+    partition, and the last commit is what a restarted broker serves."""
+    broker = broker_factory({
+        "offsets.topic.num.partitions": "3",
+        "offsets.topic.segment.bytes": "2048",
+        "log.cleaner.backoff.ms": "300",
+    })
+    topic = "rd-groups-compacted"
+    create_topic(broker, topic, 1)
+    c = group_consumer(broker, "rd-compacted")
+    for i in range(300):
+        c.commit(offsets=[TopicPartition(topic, 0, i)], asynchronous=False)
+    part = broker.partition_dir("__consumer_offsets", java_partition_for("rd-compacted", 3))
+
+    def log_bytes() -> int:
+        return sum(f.stat().st_size for f in part.glob("*.log"))
+
+    written = log_bytes()
+    wait_until(lambda: log_bytes() < written / 4, 60, f"__consumer_offsets compacted (from {written} bytes)")
+    c.close()
+    broker.kill()
+    broker.start()
+    d = group_consumer(broker, "rd-compacted")
+    stored = d.committed([TopicPartition(topic, 0)], timeout=30)
+    d.close()
+    assert stored[0].offset == 299
