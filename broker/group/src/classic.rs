@@ -600,7 +600,10 @@ impl ClassicGroup {
         now: i64,
         out: &mut Vec<Out>,
     ) {
-        let Some(mut m) = self.members.remove(old) else { return };
+        let Some(mut m) = self.members.remove(old) else {
+            out.push(Out::Join(ticket, JoinResponse::error(E::UnknownMemberId, &new_id)));
+            return;
+        };
         if let Some(t) = m.join.take() {
             out.push(Out::Join(t, JoinResponse::error(E::FencedInstanceId, old)));
         }

@@ -334,6 +334,11 @@ impl Shard {
         for (id, g) in &self.groups {
             let offsets = self.offsets.get(id);
             let empty = g.state() == GroupState::Empty;
+            // With members, subscriptions are only known when Stable (as Kafka): a rebalancing
+            // group keeps every offset.
+            if !empty && g.state() != GroupState::Stable {
+                continue;
+            }
             let subscribed: Vec<String> = if !empty && g.protocol_type() == Some("consumer") {
                 g.member_metadata().iter().filter_map(|m| subscribed_topics(m)).flatten().collect()
             } else {

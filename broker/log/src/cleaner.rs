@@ -19,9 +19,12 @@
 //!    indexes are rebuilt) and drops `.cleaning/`. Fetches that planned a read of an old
 //!    segment keep reading its (unlinked) file; later ones see the cleaned one.
 //!
-//! Not yet like Kafka: small segments are not merged, the key map is not bounded by
-//! `log.cleaner.dedupe.buffer.size`, and tombstone age is the record's timestamp rather than
-//! a delete horizon written into the batch.
+//! A segment left empty is deleted (except the first). Not yet like Kafka: small segments are
+//! not merged; a re-encoded batch starts at its first kept record and a batch left empty goes
+//! (Kafka keeps the original base offset and last offset delta, and an empty batch, which
+//! preserve an idempotent producer's last sequence); the key map is not bounded by
+//! `log.cleaner.dedupe.buffer.size`; tombstone age is the record's timestamp (the append time for
+//! LogAppendTime batches) rather than a delete horizon written into the batch.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -150,6 +153,8 @@ pub fn clean(plan: &CleanPlan, now_ms: i64) -> Result<Cleaned> {
                 return Ok(());
             }
             let log_append_time = h.is_log_append_time();
+            // LogAppendTime: the broker's time is the batch's max timestamp, not the records'.
+            let age = |ts: i64| if log_append_time { h.max_timestamp } else { ts };
             let set = decode(seg, h, bytes.clone())?;
             let total = set.records.len();
             stats.records_read += total as u64;
@@ -160,7 +165,7 @@ pub fn clean(plan: &CleanPlan, now_ms: i64) -> Result<Cleaned> {
                     None => false,
                     Some(k) => {
                         let newest = latest.get(k).is_none_or(|l| r.offset >= *l);
-                        newest && (r.value.is_some() || r.timestamp > horizon)
+                        newest && (r.value.is_some() || age(r.timestamp) > horizon)
                     }
                 })
                 .collect();
@@ -186,8 +191,10 @@ pub fn clean(plan: &CleanPlan, now_ms: i64) -> Result<Cleaned> {
                 )
                 .map_err(|e| corrupt(seg, 0, &format!("re-encoding batch at offset {}: {e}", h.base_offset)))?;
                 if log_append_time {
-                    // Attributes bit 3, then the CRC over attributes onward (offset 21).
+                    // Attributes bit 3 and the append time as max timestamp (bytes 35..43),
+                    // then the CRC over attributes onward (offset 21).
                     enc[22] |= 0x08;
+                    enc[35..43].copy_from_slice(&h.max_timestamp.to_be_bytes());
                     let crc = compute_crc(&enc);
                     enc[17..21].copy_from_slice(&crc.to_be_bytes());
                 }
@@ -318,10 +325,20 @@ impl Log {
         let work = dir.join(CLEANING_DIR);
         let mut swapped = 0;
         let mut complete = true;
+        let first = self.sealed_segments().next().map(|s| s.core.base_offset);
         for mut c in cleaned.segments {
             let current = self.sealed_segment(c.base);
             if !current.is_some_and(|s| Arc::ptr_eq(&s.core.file, &c.replaces)) {
                 complete = false;
+                continue;
+            }
+            if c.segment.core.size == 0 && Some(c.base) != first {
+                // Everything in it was superseded: the segment goes (the first one stays, it
+                // marks the log start). Reads of offsets in the gap go on to the next segment.
+                if let Some(old) = self.remove_sealed(c.base) {
+                    old.delete();
+                }
+                swapped += 1;
                 continue;
             }
             let name = |ext: &str| segment::file_name(c.base, ext);

@@ -354,6 +354,10 @@ impl Log {
         self.sealed.get(&base)
     }
 
+    pub(crate) fn remove_sealed(&mut self, base: i64) -> Option<SealedSegment> {
+        self.sealed.remove(&base)
+    }
+
     /// Puts `seg` in place of the sealed segment at `base` (the cleaner's swap).
     pub(crate) fn replace_sealed(&mut self, base: i64, seg: SealedSegment) -> Option<SealedSegment> {
         self.sealed.insert(base, seg)

@@ -160,6 +160,12 @@ impl Coordinator {
         if let Some(s) = current(&self.slots.lock()) {
             return Ok(s);
         }
+        // The old incarnation goes first: once its lock is taken and it is marked dead, no
+        // request can append through it behind the replay's back.
+        let old = self.slots.lock().remove(&index);
+        if let Some(old) = old {
+            self.unload(old).await;
+        }
         let started = std::time::Instant::now();
         let shard = tokio::task::block_in_place(|| self.replay(&part))?;
         let groups = shard.list().len();
@@ -169,10 +175,7 @@ impl Coordinator {
             leader_epoch: epoch,
             state: Arc::new(AsyncMutex::new(SlotState { shard, waiters: HashMap::new(), alive: true })),
         });
-        let old = self.slots.lock().insert(index, slot.clone());
-        if let Some(old) = old {
-            self.unload(old).await;
-        }
+        self.slots.lock().insert(index, slot.clone());
         tracing::info!(
             partition = index,
             leader_epoch = epoch,
@@ -280,6 +283,10 @@ impl Coordinator {
             GroupError::UnknownServerError
         })?;
         let bytes = buf.freeze();
+        // Only the incarnation that loaded this shard may write through it.
+        if slot.partition.leader_epoch().ok() != Some(slot.leader_epoch) {
+            return Err(GroupError::NotCoordinator);
+        }
         let topic = broker.topic(OFFSETS_TOPIC).ok_or(GroupError::NotCoordinator)?;
         let batches = validate_produce(&bytes, topic.log_config.max_message_bytes).map_err(|e| {
             tracing::warn!(error = %e, "offsets records refused");
@@ -560,8 +567,18 @@ impl Coordinator {
                     tracing::warn!(partition = index, error = ?e, "cannot load group coordinator partition");
                 }
             } else if let Some(s) = loaded {
-                self.slots.lock().remove(&index);
-                self.unload(s).await;
+                let _serial = self.loading.lock().await;
+                let still = {
+                    let mut slots = self.slots.lock();
+                    let same = slots.get(&index).is_some_and(|x| Arc::ptr_eq(x, &s));
+                    if same {
+                        slots.remove(&index);
+                    }
+                    same
+                };
+                if still {
+                    self.unload(s).await;
+                }
             }
         }
     }
@@ -640,6 +657,13 @@ impl Coordinator {
         let leader = usize::try_from(index).ok().and_then(|i| topic.states.get(i)).map_or(-1, |s| s.leader);
         (leader, index)
     }
+}
+
+/// Runs `f` as its own task and waits for it: a coordinator operation must finish (append,
+/// then apply; store, then answer the parked members) even if the client that asked hangs up
+/// and its request future is dropped.
+pub async fn detached<T: Send + 'static>(f: impl std::future::Future<Output = T> + Send + 'static) -> Option<T> {
+    tokio::spawn(f).await.ok()
 }
 
 /// Kafka's coordinator errors for a failed append to `__consumer_offsets`.

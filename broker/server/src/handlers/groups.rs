@@ -3,7 +3,7 @@
 //! the coordinator's ([`crate::coordinator`]); this module translates the wire messages.
 
 use oxbow_group::GroupError;
-use oxbow_group::classic::{JoinRequest, SyncRequest};
+use oxbow_group::classic::{JoinRequest, JoinResponse, SyncRequest, SyncResponse};
 use oxbow_protocol::ResponseError;
 use oxbow_protocol::messages::delete_groups_response::DeletableGroupResult;
 use oxbow_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
@@ -20,6 +20,7 @@ use oxbow_protocol::messages::{
 
 use super::Ctx;
 use super::util::{OPERATIONS_NOT_REQUESTED, s};
+use crate::coordinator::detached;
 
 /// Kafka's "all group operations" bitfield (READ, DELETE, DESCRIBE) for authorized operations.
 const ALL_GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
@@ -97,7 +98,10 @@ pub async fn join_group(ctx: &Ctx<'_>, req: JoinGroupRequest) -> JoinGroupRespon
         require_known_member: ctx.version >= 4,
         supports_skip_assignment: ctx.version >= 9,
     };
-    let r = b.groups.join(b, &group, join).await;
+    let (bb, g) = (b.clone(), group.clone());
+    let r = detached(async move { bb.groups.join(&bb, &g, join).await })
+        .await
+        .unwrap_or_else(|| JoinResponse::error(GroupError::UnknownServerError, ""));
     if r.error != GroupError::None && r.error != GroupError::MemberIdRequired {
         tracing::debug!(group = %group, error = ?r.error, "JoinGroup refused");
     }
@@ -144,7 +148,10 @@ pub async fn sync_group(ctx: &Ctx<'_>, req: SyncGroupRequest) -> SyncGroupRespon
         protocol_name: req.protocol_name.as_ref().map(|p| p.to_string()),
         assignments: req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect(),
     };
-    let r = b.groups.sync(b, &group, sync).await;
+    let (bb, g) = (b.clone(), group.clone());
+    let r = detached(async move { bb.groups.sync(&bb, &g, sync).await })
+        .await
+        .unwrap_or_else(|| SyncResponse::error(GroupError::UnknownServerError));
     let mut resp = SyncGroupResponse::default();
     resp.error_code = r.error.code();
     resp.protocol_type = r.protocol_type.map(s);
@@ -175,7 +182,10 @@ pub async fn leave_group(ctx: &Ctx<'_>, req: LeaveGroupRequest) -> LeaveGroupRes
     } else {
         vec![(req.member_id.to_string(), None)]
     };
-    let (top, errors) = b.groups.leave(b, req.group_id.0.as_str(), &members).await;
+    let (bb, g, m) = (b.clone(), req.group_id.0.to_string(), members.clone());
+    let (top, errors) = detached(async move { bb.groups.leave(&bb, &g, &m).await })
+        .await
+        .unwrap_or((GroupError::UnknownServerError, Vec::new()));
     let mut resp = LeaveGroupResponse::default();
     if ctx.version >= 3 {
         resp.error_code = top.code();
@@ -273,7 +283,9 @@ pub async fn delete_groups(ctx: &Ctx<'_>, req: DeleteGroupsRequest) -> DeleteGro
     for id in &req.groups_names {
         let mut r = DeletableGroupResult::default();
         r.group_id = id.clone();
-        r.error_code = b.groups.delete_group(b, id.0.as_str()).await.code();
+        let (bb, g) = (b.clone(), id.0.to_string());
+        let e = detached(async move { bb.groups.delete_group(&bb, &g).await }).await;
+        r.error_code = e.unwrap_or(GroupError::UnknownServerError).code();
         resp.results.push(r);
     }
     resp

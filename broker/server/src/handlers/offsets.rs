@@ -18,7 +18,7 @@ use oxbow_protocol::messages::{
 
 use super::Ctx;
 use super::util::s;
-use crate::coordinator::CommitEntry;
+use crate::coordinator::{CommitEntry, detached};
 
 /// Whether `topic` has partition `p` in this broker's metadata.
 fn partition_exists(ctx: &Ctx<'_>, topic: &str, p: i32) -> bool {
@@ -61,17 +61,12 @@ pub async fn offset_commit(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCom
         return resp;
     }
     let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
-    let result = b
-        .groups
-        .commit(
-            b,
-            req.group_id.0.as_str(),
-            req.member_id.as_str(),
-            instance.as_deref(),
-            req.generation_id_or_member_epoch,
-            entries,
-        )
-        .await;
+    let (bb, group, member) = (b.clone(), req.group_id.0.to_string(), req.member_id.to_string());
+    let generation = req.generation_id_or_member_epoch;
+    let result =
+        detached(async move { bb.groups.commit(&bb, &group, &member, instance.as_deref(), generation, entries).await })
+            .await
+            .unwrap_or(Err(GroupError::UnknownServerError));
     let e = match result {
         Ok(e) | Err(e) => e,
     };
@@ -189,7 +184,11 @@ pub async fn offset_delete(ctx: &Ctx<'_>, req: OffsetDeleteRequest) -> OffsetDel
         }
         resp.topics.push(rt);
     }
-    match b.groups.delete_offsets(b, req.group_id.0.as_str(), &asked).await {
+    let (bb, group) = (b.clone(), req.group_id.0.to_string());
+    let deleted = detached(async move { bb.groups.delete_offsets(&bb, &group, &asked).await })
+        .await
+        .unwrap_or(Err(GroupError::UnknownServerError));
+    match deleted {
         Ok(errors) => {
             for ((t, p), e) in slots.into_iter().zip(errors) {
                 resp.topics[t].partitions[p].error_code = e.code();
