@@ -340,7 +340,15 @@ impl Quorum {
         loop {
             let target = self.leader().filter(|l| Some(*l) != tried).or_else(|| self.any_voter(&tried));
             let result = match target {
-                Some(t) if t == self.node_id() && self.is_controller() => self.run_local(&req).await,
+                Some(t) if t == self.node_id() && self.is_controller() => {
+                    // Bounded like a remote attempt: a node that restarts believing it still
+                    // leads (its stored vote) must not hold the caller while it finds out.
+                    let bound = self.attempt_timeout(&req, timeout).max(Duration::from_secs(5));
+                    match tokio::time::timeout(bound, self.run_local(&req)).await {
+                        Ok(r) => r,
+                        Err(_) => Err(CommandError::Unavailable("this controller did not commit in time".into())),
+                    }
+                }
                 Some(t) => self.run_remote(t, &req, timeout).await,
                 None => Err(CommandError::Unavailable("no controller is known".into())),
             };
@@ -365,6 +373,20 @@ impl Quorum {
         }
     }
 
+    /// How long one attempt at one controller may take. Commands are bounded per attempt, so a
+    /// caller stuck on a leader that was cut off moves on to the new one well within a broker
+    /// session (heartbeats above all). Admin requests may take long (a new voter catches up
+    /// first).
+    fn attempt_timeout(&self, req: &Routed, timeout: Duration) -> Duration {
+        match req {
+            Routed::Command(Command::Heartbeat { .. }) => {
+                Duration::from_millis((self.inner.cfg.session_timeout_ms / 3).max(200))
+            }
+            Routed::Command(_) => Duration::from_secs(5),
+            Routed::Admin(_) => timeout,
+        }
+    }
+
     async fn run_local(&self, req: &Routed) -> Result<RoutedReply, CommandError> {
         match req {
             Routed::Command(c) => self.execute_local(c).await.map(|(v, r)| RoutedReply::Command(v, r)),
@@ -377,16 +399,7 @@ impl Quorum {
             return Err(CommandError::Unavailable(format!("no address for controller {node}")));
         };
         let unavailable = |e: &dyn std::fmt::Display| CommandError::Unavailable(format!("controller {node}: {e}"));
-        // Commands are bounded per attempt, so a caller stuck on a leader that was cut off moves
-        // on to the new one well within a broker session (heartbeats above all). Admin requests
-        // may take long (a new voter catches up first).
-        let attempt = match req {
-            Routed::Command(Command::Heartbeat { .. }) => {
-                Duration::from_millis((self.inner.cfg.session_timeout_ms / 3).max(200))
-            }
-            Routed::Command(_) => Duration::from_secs(5),
-            Routed::Admin(_) => timeout,
-        };
+        let attempt = self.attempt_timeout(req, timeout);
         match req {
             Routed::Command(c) => {
                 let mut r = Request::new(encode(c));
