@@ -10,7 +10,43 @@
 //! The broker rewrites only `base_offset` and `partition_leader_epoch`, which the CRC does not
 //! cover, so a batch is stored and served byte for byte as the producer sent it.
 
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+
 use crate::error::BatchError;
+
+/// Encodes `(key, value)` records as one batch without a producer id: offsets 0.., every
+/// timestamp `ts` (CreateTime). How the broker writes records of its own (`__consumer_offsets`).
+pub fn encode_plain(
+    records: &[(Option<Bytes>, Option<Bytes>)],
+    ts: i64,
+    compression: Compression,
+) -> Result<Bytes, BatchError> {
+    let records: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (key, value))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder starts a new batch whenever offset - sequence changes.
+            sequence: i as i32 - 1,
+            timestamp: ts,
+            key: key.clone(),
+            value: value.clone(),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression })
+        .map_err(|e| BatchError::InvalidRecord(format!("cannot encode records: {e}")))?;
+    Ok(buf.freeze())
+}
 
 /// Bytes before `batch_length` counts: base offset and the length field itself.
 pub const LOG_OVERHEAD: usize = 12;

@@ -32,8 +32,8 @@ fn append(log: &mut Log, n: i64, ts0: i64, payload: usize) -> i64 {
     r.base_offset
 }
 
-/// Reads every record offset from `from` to the end, decoding batches.
-fn read_all(log: &Log, from: i64) -> Vec<(i64, i64)> {
+/// Every record from `from` to the high watermark, decoded and mapped by `f`.
+fn read_records<T>(log: &Log, from: i64, f: impl Fn(&kafka_protocol::records::Record) -> T) -> Vec<T> {
     let mut out = Vec::new();
     let mut next = from;
     loop {
@@ -48,13 +48,18 @@ fn read_all(log: &Log, from: i64) -> Vec<(i64, i64)> {
         for set in RecordBatchDecoder::decode_all(&mut bytes).expect("decode") {
             for r in set.records {
                 if r.offset >= next {
-                    out.push((r.offset, r.timestamp));
+                    out.push(f(&r));
                     next = r.offset + 1;
                 }
             }
         }
     }
     out
+}
+
+/// Every record's (offset, timestamp) from `from` to the end.
+fn read_all(log: &Log, from: i64) -> Vec<(i64, i64)> {
+    read_records(log, from, |r| (r.offset, r.timestamp))
 }
 
 fn small() -> LogConfig {
@@ -295,29 +300,9 @@ fn damaged_index_is_rebuilt() -> R {
 
 /// A batch of keyed records (`None` value: a tombstone), all with timestamp `ts`.
 fn keyed(entries: &[(&str, Option<&str>)], ts: i64, compression: Compression) -> Vec<u8> {
-    use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
-    let recs: Vec<Record> = entries
-        .iter()
-        .enumerate()
-        .map(|(i, (k, v))| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32 - 1,
-            timestamp: ts,
-            key: Some(bytes::Bytes::from(k.to_string())),
-            value: v.map(|v| bytes::Bytes::from(v.to_string())),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = bytes::BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &recs, &RecordEncodeOptions { version: 2, compression }).expect("encode");
-    buf.to_vec()
+    let s = |v: &str| bytes::Bytes::from(v.to_string());
+    let recs: Vec<_> = entries.iter().map(|(k, v)| (Some(s(k)), v.map(s))).collect();
+    oxbow_log::batch::encode_plain(&recs, ts, compression).expect("encode").to_vec()
 }
 
 fn append_keyed(log: &mut Log, entries: &[(&str, Option<&str>)], ts: i64, compression: Compression) {
@@ -329,28 +314,10 @@ fn append_keyed(log: &mut Log, entries: &[(&str, Option<&str>)], ts: i64, compre
 
 /// Every record from the log start: (offset, key, value).
 fn read_keyed(log: &Log) -> Vec<(i64, String, Option<String>)> {
-    let mut out = Vec::new();
-    let mut next = log.log_start_offset();
-    loop {
-        let plan = match log.read(next, 1 << 16, log.high_watermark(), true).expect("read") {
-            ReadStart::Empty => break,
-            ReadStart::Plan(p) => p,
-        };
-        let mut bytes = plan.execute().expect("execute");
-        if bytes.is_empty() {
-            break;
-        }
-        for set in RecordBatchDecoder::decode_all(&mut bytes).expect("decode") {
-            for r in set.records {
-                if r.offset >= next {
-                    let s = |b: &bytes::Bytes| String::from_utf8_lossy(b).to_string();
-                    out.push((r.offset, r.key.as_ref().map(s).unwrap_or_default(), r.value.as_ref().map(s)));
-                    next = r.offset + 1;
-                }
-            }
-        }
-    }
-    out
+    let s = |b: &bytes::Bytes| String::from_utf8_lossy(b).to_string();
+    read_records(log, log.log_start_offset(), |r| {
+        (r.offset, r.key.as_ref().map(s).unwrap_or_default(), r.value.as_ref().map(s))
+    })
 }
 
 fn compacted() -> LogConfig {

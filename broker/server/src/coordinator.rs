@@ -16,17 +16,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bytes::BytesMut;
 use oxbow_group::classic::{JoinRequest, JoinResponse, SyncRequest, SyncResponse};
 use oxbow_group::records::OffsetValue;
 use oxbow_group::shard::Listing;
 use oxbow_group::{GroupError, Out, Shard, Ticket, Write, partition_for};
 use oxbow_log::ReadStart;
-use oxbow_log::batch::{BatchIter, validate_produce};
+use oxbow_log::batch::{BatchIter, encode_plain, validate_produce};
 use oxbow_protocol::ResponseError;
-use oxbow_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use oxbow_protocol::records::{Compression, RecordBatchDecoder};
 use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -252,37 +249,11 @@ impl Coordinator {
             return Ok(());
         }
         let now = now_ms();
-        let records: Vec<Record> = writes
-            .iter()
-            .enumerate()
-            .map(|(i, w)| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                // The encoder starts a new batch whenever offset - sequence changes.
-                sequence: i as i32 - 1,
-                timestamp: now,
-                key: Some(w.key().encode()),
-                value: w.value(),
-                headers: Default::default(),
-            })
-            .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions { version: 2, compression: Compression::None },
-        )
-        .map_err(|e| {
+        let records: Vec<_> = writes.iter().map(|w| (Some(w.key().encode()), w.value())).collect();
+        let bytes = encode_plain(&records, now, Compression::None).map_err(|e| {
             tracing::error!(error = %e, "cannot encode offsets records");
             GroupError::UnknownServerError
         })?;
-        let bytes = buf.freeze();
         // Only the incarnation that loaded this shard may write through it.
         if slot.partition.leader_epoch().ok() != Some(slot.leader_epoch) {
             return Err(GroupError::NotCoordinator);

@@ -2,8 +2,8 @@
 //! LeaveGroup, and the admin side: ListGroups, DescribeGroups, DeleteGroups. The decisions are
 //! the coordinator's ([`crate::coordinator`]); this module translates the wire messages.
 
-use oxbow_group::GroupError;
 use oxbow_group::classic::{JoinRequest, JoinResponse, SyncRequest, SyncResponse};
+use oxbow_group::{GroupError, GroupState};
 use oxbow_protocol::ResponseError;
 use oxbow_protocol::messages::delete_groups_response::DeletableGroupResult;
 use oxbow_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
@@ -267,9 +267,9 @@ pub async fn describe_groups(ctx: &Ctx<'_>, req: DescribeGroupsRequest) -> Descr
             Ok(None) if ctx.version >= 6 => {
                 g.error_code = ResponseError::GroupIdNotFound.code();
                 g.error_message = Some(s(format!("Group {} not found.", id.0.as_str())));
-                g.group_state = s("Dead");
+                g.group_state = s(GroupState::Dead.name());
             }
-            Ok(None) => g.group_state = s("Dead"),
+            Ok(None) => g.group_state = s(GroupState::Dead.name()),
             Err(e) => g.error_code = e.code(),
         }
         resp.groups.push(g);

@@ -41,6 +41,24 @@ class ConsumerGroupTest {
     static final int PARTITIONS = 4;
     static final int SESSION_MS = 10_000;
 
+    private static void createTopic(OxbowBroker broker, String topic) throws Exception {
+        try (Admin admin = broker.admin()) {
+            Kit.createTopic(admin, topic, PARTITIONS);
+        }
+    }
+
+    private static ConsumerGroupDescription describe(OxbowBroker broker, String group) throws Exception {
+        try (Admin admin = broker.admin()) {
+            return get(admin.describeConsumerGroups(List.of(group)).all()).get(group);
+        }
+    }
+
+    private static void closeAll(List<Member> members) throws Exception {
+        for (Member m : members) {
+            m.close();
+        }
+    }
+
     private static void produce(OxbowBroker broker, String topic, int perPartition, int from) throws Exception {
         try (KafkaProducer<byte[], byte[]> p = broker.producer(Map.of())) {
             for (int i = from; i < from + perPartition; i++) {
@@ -96,9 +114,7 @@ class ConsumerGroupTest {
     @Test
     void membersJoinAndAKilledMembersPartitionsMove(OxbowBroker broker) throws Exception {
         String topic = "groups-scale";
-        try (Admin admin = broker.admin()) {
-            Kit.createTopic(admin, topic, PARTITIONS);
-        }
+        createTopic(broker, topic);
         List<Member> ms = new ArrayList<>();
         try {
             ms.add(member(broker, "scale-1", "scale", topic));
@@ -111,12 +127,10 @@ class ConsumerGroupTest {
             ms.add(member(broker, "scale-5", "scale", topic));
             awaitAssignment(ms, 0, 1, 1, 1, 1);
             Member idle = ms.stream().filter(m -> m.owned().isEmpty()).findFirst().orElseThrow();
-            try (Admin admin = broker.admin()) {
-                ConsumerGroupDescription d = get(admin.describeConsumerGroups(List.of("scale")).all()).get("scale");
-                assertEquals(GroupState.STABLE, d.groupState());
-                assertEquals(5, d.members().size());
-                assertEquals("range", d.partitionAssignor());
-            }
+            ConsumerGroupDescription d = describe(broker, "scale");
+            assertEquals(GroupState.STABLE, d.groupState());
+            assertEquals(5, d.members().size());
+            assertEquals("range", d.partitionAssignor());
 
             Member victim = ms.stream().filter(m -> !m.owned().isEmpty()).findFirst().orElseThrow();
             Set<Integer> lost = victim.owned();
@@ -132,9 +146,7 @@ class ConsumerGroupTest {
             System.out.printf("[oxbow-compat] SIGKILLed member's partitions %s moved after %d ms (session.timeout.ms=%d)%n",
                     lost, ms_, SESSION_MS);
         } finally {
-            for (Member m : ms) {
-                m.close();
-            }
+            closeAll(ms);
         }
     }
 
@@ -166,9 +178,7 @@ class ConsumerGroupTest {
     @Test
     void restartedGroupResumesAtCommittedOffsets(OxbowBroker broker) throws Exception {
         String topic = "groups-resume";
-        try (Admin admin = broker.admin()) {
-            Kit.createTopic(admin, topic, PARTITIONS);
-        }
+        createTopic(broker, topic);
         produce(broker, topic, 100, 0);
         List<Member> first = new ArrayList<>();
         first.add(member(broker, "resume-a", "resume", topic));
@@ -220,18 +230,14 @@ class ConsumerGroupTest {
                 assertEquals(want, offsets, "partition " + p + ": exactly the uncommitted records, once, in order");
             }
         } finally {
-            for (Member m : second) {
-                m.close();
-            }
+            closeAll(second);
         }
     }
 
     @Test
     void staticMemberRestartCausesNoRebalance(OxbowBroker broker) throws Exception {
         String topic = "groups-static";
-        try (Admin admin = broker.admin()) {
-            Kit.createTopic(admin, topic, PARTITIONS);
-        }
+        createTopic(broker, topic);
         String[] slow = {"session=30000"};
         Member s1 = member(broker, "static-1", "static", topic, "instance=i1", slow[0]);
         Member s2 = member(broker, "static-2", "static", topic, "instance=i2", slow[0]);
@@ -248,12 +254,10 @@ class ConsumerGroupTest {
             assertEquals(s2Owned, s2b.owned(), "and got its partitions back");
             Thread.sleep(3000);
             assertEquals(s1Events, s1.count("NOW"), "the other member saw no rebalance: " + s1.lines());
-            try (Admin admin = broker.admin()) {
-                ConsumerGroupDescription d = get(admin.describeConsumerGroups(List.of("static")).all()).get("static");
-                assertEquals(GroupState.STABLE, d.groupState());
-                assertEquals(Set.of("i1", "i2"), d.members().stream()
-                        .map(m -> m.groupInstanceId().orElse("?")).collect(Collectors.toSet()));
-            }
+            ConsumerGroupDescription d = describe(broker, "static");
+            assertEquals(GroupState.STABLE, d.groupState());
+            assertEquals(Set.of("i1", "i2"), d.members().stream()
+                    .map(m -> m.groupInstanceId().orElse("?")).collect(Collectors.toSet()));
         } finally {
             s1.close();
             s2.kill();
@@ -266,9 +270,7 @@ class ConsumerGroupTest {
     @Test
     void cooperativeStickyNeverRevokesPartitionsThatStay(OxbowBroker broker) throws Exception {
         String topic = "groups-coop";
-        try (Admin admin = broker.admin()) {
-            Kit.createTopic(admin, topic, PARTITIONS);
-        }
+        createTopic(broker, topic);
         List<Member> ms = new ArrayList<>();
         try {
             ms.add(member(broker, "coop-1", "coop", topic, "assignor=cooperative-sticky"));
@@ -289,23 +291,17 @@ class ConsumerGroupTest {
             Set<Integer> gaveUp = new TreeSet<>(Set.of(0, 1, 2, 3));
             gaveUp.removeAll(first.owned());
             assertEquals(gaveUp, first.allIn("REVOKED"));
-            try (Admin admin = broker.admin()) {
-                ConsumerGroupDescription d = get(admin.describeConsumerGroups(List.of("coop")).all()).get("coop");
-                assertEquals("cooperative-sticky", d.partitionAssignor());
-            }
+            ConsumerGroupDescription d = describe(broker, "coop");
+            assertEquals("cooperative-sticky", d.partitionAssignor());
         } finally {
-            for (Member m : ms) {
-                m.close();
-            }
+            closeAll(ms);
         }
     }
 
     @Test
     void committedOffsetsSurviveBrokerKill(OxbowBroker broker) throws Exception {
         String topic = "groups-durable";
-        try (Admin admin = broker.admin()) {
-            Kit.createTopic(admin, topic, PARTITIONS);
-        }
+        createTopic(broker, topic);
         Map<TopicPartition, OffsetAndMetadata> commit = new HashMap<>();
         for (int p = 0; p < PARTITIONS; p++) {
             commit.put(tp(topic, p), new OffsetAndMetadata(10L * (p + 1), "meta-" + p));
@@ -359,9 +355,7 @@ class ConsumerGroupTest {
     @Test
     void kafkaConsumerGroupsToolDescribesLagAndResetsOffsets(OxbowBroker broker) throws Exception {
         String topic = "groups-tool";
-        try (Admin admin = broker.admin()) {
-            Kit.createTopic(admin, topic, PARTITIONS);
-        }
+        createTopic(broker, topic);
         produce(broker, topic, 50, 0);
         Member m = member(broker, "tool-1", "tool", topic);
         try {
