@@ -47,4 +47,11 @@ group_errors!(
     GroupSubscribedToTopic,
     InvalidCommitOffsetSize,
     UnknownServerError,
+    FencedMemberEpoch,
+    UnreleasedInstanceId,
+    UnsupportedAssignor,
+    StaleMemberEpoch,
+    UnsupportedVersion,
+    InvalidRequest,
+    InvalidRegularExpression,
 );

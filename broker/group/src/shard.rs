@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::error::GroupError as E;
 
 use crate::classic::{ClassicGroup, GroupConfig, GroupState, JoinRequest, JoinResponse, Out, SyncRequest, Ticket};
+use crate::consumer::{Catalog, ConsumerConfig, ConsumerGroup, Expired, HeartbeatRequest, HeartbeatResponse};
 use crate::records::{GroupValue, Key, OffsetValue, RecordError, subscribed_topics};
 
 /// One record to append to the shard's partition.
@@ -56,22 +57,34 @@ impl Default for OffsetConfig {
 pub struct Listing {
     pub group: String,
     pub protocol_type: String,
-    pub state: GroupState,
+    pub state: &'static str,
+    /// `classic` or `consumer`.
+    pub group_type: &'static str,
 }
 
 #[derive(Debug, Default)]
 pub struct Shard {
     groups: HashMap<String, ClassicGroup>,
+    /// Groups of the consumer group protocol (KIP-848). A group id is in at most one of the
+    /// two maps: an empty group changes protocol when a member of the other one joins.
+    consumer: HashMap<String, ConsumerGroup>,
     offsets: HashMap<String, BTreeMap<(String, i32), OffsetValue>>,
     /// Stored group values seen while loading, turned into groups by [`Shard::finish_load`].
     loading: HashMap<String, Option<GroupValue>>,
     cfg: GroupConfig,
+    consumer_cfg: ConsumerConfig,
     offset_cfg: OffsetConfig,
 }
 
 impl Shard {
     pub fn new(cfg: GroupConfig, offset_cfg: OffsetConfig) -> Self {
         Shard { cfg, offset_cfg, ..Default::default() }
+    }
+
+    /// The settings of consumer protocol groups (defaults otherwise).
+    pub fn with_consumer_config(mut self, c: ConsumerConfig) -> Self {
+        self.consumer_cfg = c;
+        self
     }
 
     /// Replays one record of the partition (loading). Records this coordinator does not use
@@ -167,6 +180,14 @@ impl Shard {
         if req.protocol_type.is_empty() || req.protocols.is_empty() {
             return fail(E::InconsistentGroupProtocol);
         }
+        if let Some(c) = self.consumer.get(group) {
+            // Members of both protocols in one group are not supported: an empty group changes
+            // protocol, one with members refuses the classic member.
+            if c.has_members() {
+                return fail(E::InconsistentGroupProtocol);
+            }
+            self.consumer.remove(group);
+        }
         if !self.groups.contains_key(group) {
             if !req.member_id.is_empty() {
                 return fail(E::UnknownMemberId);
@@ -212,10 +233,14 @@ impl Shard {
         member: &str,
         instance: Option<&str>,
         generation: i32,
+        api_version: i16,
         now: i64,
     ) -> Result<(), E> {
         if group.is_empty() {
             return Err(E::InvalidGroupId);
+        }
+        if let Some(c) = self.consumer.get(group) {
+            return c.validate_commit(member, generation, api_version);
         }
         match self.groups.get_mut(group) {
             Some(g) => g.validate_commit(member, instance, generation, now),
@@ -223,6 +248,7 @@ impl Shard {
                 self.groups.insert(group.to_string(), ClassicGroup::new(group, self.cfg, now));
                 Ok(())
             }
+            None if api_version >= 9 => Err(E::GroupIdNotFound),
             None => Err(E::IllegalGeneration),
         }
     }
@@ -245,13 +271,10 @@ impl Shard {
     /// OffsetDelete: per partition, the error, and the tombstones to write. Offsets of topics
     /// the group's members are subscribed to cannot be deleted while it has members.
     pub fn delete_offsets(&self, group: &str, partitions: &[(String, i32)]) -> Result<(Vec<E>, Vec<Write>), E> {
-        let g = self.groups.get(group).filter(|g| g.state() != GroupState::Dead).ok_or(E::GroupIdNotFound)?;
-        let subscribed: Vec<String> = if g.has_members() && g.protocol_type() == Some("consumer") {
-            g.member_metadata().iter().filter_map(|m| subscribed_topics(m)).flatten().collect()
-        } else if g.has_members() {
-            return Err(E::NonEmptyGroup);
+        let subscribed: Vec<String> = if let Some(c) = self.consumer.get(group) {
+            c.subscribed_topics().map(str::to_string).collect()
         } else {
-            Vec::new()
+            self.classic_subscriptions(group)?
         };
         let mut errors = Vec::with_capacity(partitions.len());
         let mut writes = Vec::new();
@@ -268,13 +291,31 @@ impl Shard {
         Ok((errors, writes))
     }
 
+    /// The topics the members of a classic group subscribe to (OffsetDelete's check).
+    fn classic_subscriptions(&self, group: &str) -> Result<Vec<String>, E> {
+        let g = self.groups.get(group).filter(|g| g.state() != GroupState::Dead).ok_or(E::GroupIdNotFound)?;
+        Ok(if g.has_members() && g.protocol_type() == Some("consumer") {
+            g.member_metadata().iter().filter_map(|m| subscribed_topics(m)).flatten().collect()
+        } else if g.has_members() {
+            return Err(E::NonEmptyGroup);
+        } else {
+            Vec::new()
+        })
+    }
+
     /// DeleteGroups for one group: the tombstones to write (offsets, then the group).
     pub fn delete_group(&self, group: &str) -> Result<Vec<Write>, E> {
-        let g = self.groups.get(group).ok_or(E::GroupIdNotFound)?;
-        match g.state() {
-            GroupState::Dead => return Err(E::GroupIdNotFound),
-            GroupState::Empty => {}
-            _ => return Err(E::NonEmptyGroup),
+        if let Some(c) = self.consumer.get(group) {
+            if c.has_members() {
+                return Err(E::NonEmptyGroup);
+            }
+        } else {
+            let g = self.groups.get(group).ok_or(E::GroupIdNotFound)?;
+            match g.state() {
+                GroupState::Dead => return Err(E::GroupIdNotFound),
+                GroupState::Empty => {}
+                _ => return Err(E::NonEmptyGroup),
+            }
         }
         let mut writes: Vec<Write> = self
             .offsets(group)
@@ -288,6 +329,7 @@ impl Shard {
     pub fn remove_group(&mut self, group: &str, now: i64) -> Vec<Out> {
         let out = self.groups.get_mut(group).map(|g| g.mark_dead(now)).unwrap_or_default();
         self.groups.remove(group);
+        self.consumer.remove(group);
         self.offsets.remove(group);
         out
     }
@@ -300,26 +342,83 @@ impl Shard {
             .map(|g| Listing {
                 group: g.id().to_string(),
                 protocol_type: g.protocol_type().unwrap_or_default().to_string(),
-                state: g.state(),
+                state: g.state().name(),
+                group_type: "classic",
             })
+            .chain(self.consumer.values().map(|c| Listing {
+                group: c.id().to_string(),
+                protocol_type: "consumer".to_string(),
+                state: c.state().name(),
+                group_type: "consumer",
+            }))
             .collect();
         v.sort_by(|a, b| a.group.cmp(&b.group));
         v
     }
 
-    /// Group timers; see [`ClassicGroup::tick`].
-    pub fn tick(&mut self, now: i64) -> Vec<Out> {
+    /// Group timers; see [`ClassicGroup::tick`] and [`ConsumerGroup::tick`]. Returns what to
+    /// deliver, and the consumer group members removed (group, member, why).
+    pub fn tick(&mut self, now: i64) -> (Vec<Out>, Vec<(String, Expired)>) {
         let mut out = Vec::new();
         for g in self.groups.values_mut() {
             if g.next_deadline().is_some_and(|d| d <= now) {
                 out.extend(g.tick(now));
             }
         }
-        out
+        let mut expired = Vec::new();
+        for c in self.consumer.values_mut() {
+            if c.next_deadline().is_some_and(|d| d <= now) {
+                expired.extend(c.tick(&self.consumer_cfg, now).into_iter().map(|e| (c.id().to_string(), e)));
+            }
+        }
+        (out, expired)
     }
 
     pub fn next_deadline(&self) -> Option<i64> {
-        self.groups.values().filter_map(ClassicGroup::next_deadline).min()
+        let classic = self.groups.values().filter_map(ClassicGroup::next_deadline);
+        classic.chain(self.consumer.values().filter_map(ConsumerGroup::next_deadline)).min()
+    }
+
+    /// ConsumerGroupHeartbeat. A group that does not exist is created by a join; an empty
+    /// classic group (committed offsets only) becomes a consumer group; a classic group with
+    /// members refuses it.
+    pub fn consumer_heartbeat(
+        &mut self,
+        group: &str,
+        req: &HeartbeatRequest,
+        catalog: &Catalog,
+        now: i64,
+    ) -> HeartbeatResponse {
+        if !self.consumer.contains_key(group) {
+            if let Some(g) = self.groups.get(group)
+                && g.state() != GroupState::Empty
+                && g.state() != GroupState::Dead
+            {
+                return HeartbeatResponse::error(E::GroupIdNotFound, format!("Group {group} is not a consumer group."));
+            }
+            if req.member_epoch != crate::consumer::JOIN_EPOCH {
+                return HeartbeatResponse::error(
+                    E::UnknownMemberId,
+                    format!("Member {} is not a member of group {group}.", req.member_id),
+                );
+            }
+            self.groups.remove(group);
+            self.consumer.insert(group.to_string(), ConsumerGroup::new(group, &self.consumer_cfg, now));
+        }
+        match self.consumer.get_mut(group) {
+            Some(c) => c.heartbeat(req, &self.consumer_cfg, catalog, now),
+            None => HeartbeatResponse::error(E::UnknownServerError, "group vanished"),
+        }
+    }
+
+    pub fn consumer_group(&self, id: &str) -> Option<&ConsumerGroup> {
+        self.consumer.get(id)
+    }
+
+    /// OffsetFetch with a member id and epoch (v9+): a consumer group checks them.
+    pub fn validate_fetch(&self, group: &str, member: &str, epoch: i32) -> Result<(), E> {
+        // Other groups (and unknown ones: no offsets, no error) are not checked, as Kafka.
+        self.consumer.get(group).map_or(Ok(()), |c| c.validate_fetch(member, epoch))
     }
 
     /// Offsets past `offsets.retention.minutes`: of an Empty group, counted from when it
@@ -363,6 +462,29 @@ impl Shard {
             }
             if empty && left == 0 {
                 writes.push(Write::Group { group: id.clone(), value: None });
+                groups_gone.push(id.clone());
+            }
+        }
+        for (id, c) in &self.consumer {
+            let empty = !c.has_members();
+            let subscribed: Vec<&str> = c.subscribed_topics().collect();
+            let mut left = 0;
+            for ((t, p), v) in self.offsets.get(id).into_iter().flatten() {
+                let base = if empty {
+                    c.state_since()
+                } else if !subscribed.contains(&t.as_str()) {
+                    v.commit_timestamp
+                } else {
+                    left += 1;
+                    continue;
+                };
+                if now >= v.expire_timestamp.unwrap_or(base.saturating_add(retention)) {
+                    writes.push(Write::Offset { group: id.clone(), topic: t.clone(), partition: *p, value: None });
+                } else {
+                    left += 1;
+                }
+            }
+            if empty && left == 0 {
                 groups_gone.push(id.clone());
             }
         }

@@ -1,0 +1,731 @@
+//! One group under the consumer group protocol (KIP-848): ConsumerGroupHeartbeat, with the
+//! assignment computed here by a server-side assignor and handed out incrementally.
+//!
+//! The group has an epoch, bumped whenever membership, a subscription or the subscribed topics'
+//! metadata changes; each bump computes a new *target assignment*. Each member has its own epoch
+//! and moves toward its target at its own pace, without a global barrier: partitions it must give
+//! up are revoked first (it keeps its epoch until it acknowledges), partitions it gains are handed
+//! over once their previous owner has released them. A member's epoch reaches the target epoch as
+//! soon as nothing is left to revoke.
+//!
+//! Pure, like [`crate::classic`]: requests and the time in, answers out; the runtime supplies the
+//! topic catalog and drives [`ConsumerGroup::tick`] for session and rebalance timeouts.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use uuid::Uuid;
+
+use crate::assignor::{Assignment, Assignor, TopicInfo};
+use crate::error::GroupError as E;
+
+/// Member epoch of a request that joins (or rejoins) the group.
+pub const JOIN_EPOCH: i32 = 0;
+/// Member epoch of a request that leaves the group.
+pub const LEAVE_EPOCH: i32 = -1;
+/// Member epoch of a static member leaving temporarily: it keeps its assignment until its
+/// session ends, so a restart within the session causes no rebalance.
+pub const LEAVE_STATIC_EPOCH: i32 = -2;
+
+/// The broker settings a consumer group follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerConfig {
+    /// `group.consumer.session.timeout.ms`
+    pub session_timeout_ms: i32,
+    /// `group.consumer.heartbeat.interval.ms`
+    pub heartbeat_interval_ms: i32,
+    /// `group.consumer.max.size`
+    pub max_size: usize,
+    /// `group.consumer.assignors`; the first is the default.
+    pub assignors: Vec<Assignor>,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        Self {
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 5_000,
+            max_size: i32::MAX as usize,
+            assignors: vec![Assignor::Uniform, Assignor::Range],
+        }
+    }
+}
+
+/// The topics a group can subscribe to, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Catalog {
+    pub topics: BTreeMap<String, TopicInfo>,
+    /// Internal topics: subscribable by name, never matched by a regex.
+    pub internal: BTreeSet<String>,
+}
+
+impl Catalog {
+    pub fn name_of(&self, id: Uuid) -> Option<&str> {
+        self.topics.iter().find(|(_, t)| t.id == id).map(|(n, _)| n.as_str())
+    }
+}
+
+/// A ConsumerGroupHeartbeat, decoded. `None` fields are "unchanged since the last heartbeat".
+#[derive(Debug, Clone, Default)]
+pub struct HeartbeatRequest {
+    pub member_id: String,
+    pub member_epoch: i32,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    /// -1: unchanged.
+    pub rebalance_timeout_ms: i32,
+    pub subscribed_topic_names: Option<Vec<String>>,
+    pub subscribed_topic_regex: Option<String>,
+    pub server_assignor: Option<String>,
+    /// The partitions the member owns now (`TopicPartitions`).
+    pub owned: Option<Assignment>,
+    pub client_id: String,
+    pub client_host: String,
+}
+
+impl HeartbeatRequest {
+    /// A request carrying every field (joins, and clients resending after an error): its
+    /// answer always carries the assignment.
+    fn is_full(&self) -> bool {
+        self.rebalance_timeout_ms != -1
+            && (self.subscribed_topic_names.is_some() || self.subscribed_topic_regex.is_some())
+            && self.owned.is_some()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatResponse {
+    pub error: E,
+    pub message: Option<String>,
+    pub member_id: Option<String>,
+    pub member_epoch: i32,
+    pub heartbeat_interval_ms: i32,
+    /// Present when the member's assignment changed, on joins and on full requests.
+    pub assignment: Option<Assignment>,
+}
+
+impl HeartbeatResponse {
+    pub fn error(error: E, message: impl Into<String>) -> Self {
+        HeartbeatResponse {
+            error,
+            message: Some(message.into()),
+            member_id: None,
+            member_epoch: 0,
+            heartbeat_interval_ms: 0,
+            assignment: None,
+        }
+    }
+}
+
+/// Where a member is on its way to its target assignment (Kafka's `MemberState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberState {
+    /// It has its target (or all of it that exists).
+    Stable,
+    /// It must give partitions up before it may move to the next epoch.
+    UnrevokedPartitions,
+    /// It is at the target epoch, waiting for partitions other members still hold.
+    UnreleasedPartitions,
+}
+
+/// The group's state as ConsumerGroupDescribe and ListGroups name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsumerGroupState {
+    Empty,
+    Assigning,
+    Reconciling,
+    Stable,
+}
+
+impl ConsumerGroupState {
+    pub fn name(self) -> &'static str {
+        match self {
+            ConsumerGroupState::Empty => "Empty",
+            ConsumerGroupState::Assigning => "Assigning",
+            ConsumerGroupState::Reconciling => "Reconciling",
+            ConsumerGroupState::Stable => "Stable",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumerMember {
+    pub id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: BTreeSet<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub server_assignor: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub epoch: i32,
+    pub previous_epoch: i32,
+    pub state: MemberState,
+    pub assigned: Assignment,
+    pub pending_revocation: Assignment,
+    session_deadline: i64,
+    /// Set while the member has partitions to revoke: it is fenced if it has not revoked them
+    /// within its rebalance timeout.
+    revocation_deadline: Option<i64>,
+}
+
+/// Why members left without asking (for the runtime's log).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expired {
+    pub member_id: String,
+    pub reason: &'static str,
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumerGroup {
+    id: String,
+    epoch: i32,
+    target_epoch: i32,
+    members: BTreeMap<String, ConsumerMember>,
+    target: HashMap<String, Assignment>,
+    /// Static members: instance id -> member id.
+    instances: HashMap<String, String>,
+    /// The subscribed topics' metadata the target was computed from.
+    subscribed: BTreeMap<String, TopicInfo>,
+    assignor: Assignor,
+    state_since: i64,
+}
+
+impl ConsumerGroup {
+    pub fn new(id: &str, cfg: &ConsumerConfig, now: i64) -> Self {
+        ConsumerGroup {
+            id: id.to_string(),
+            epoch: 0,
+            target_epoch: 0,
+            members: BTreeMap::new(),
+            target: HashMap::new(),
+            instances: HashMap::new(),
+            subscribed: BTreeMap::new(),
+            assignor: cfg.assignors.first().copied().unwrap_or(Assignor::Uniform),
+            state_since: now,
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    pub fn epoch(&self) -> i32 {
+        self.epoch
+    }
+    pub fn target_epoch(&self) -> i32 {
+        self.target_epoch
+    }
+    pub fn assignor(&self) -> Assignor {
+        self.assignor
+    }
+    pub fn members(&self) -> impl Iterator<Item = &ConsumerMember> {
+        self.members.values()
+    }
+    pub fn member(&self, id: &str) -> Option<&ConsumerMember> {
+        self.members.get(id)
+    }
+    pub fn has_members(&self) -> bool {
+        !self.members.is_empty()
+    }
+    /// When the group last became empty (or was created).
+    pub fn state_since(&self) -> i64 {
+        self.state_since
+    }
+    pub fn target_of(&self, member: &str) -> Option<&Assignment> {
+        self.target.get(member)
+    }
+
+    /// Every topic some member subscribes to (by name or by regex), as last resolved.
+    pub fn subscribed_topics(&self) -> impl Iterator<Item = &str> {
+        self.subscribed.keys().map(String::as_str)
+    }
+
+    pub fn state(&self) -> ConsumerGroupState {
+        if self.members.is_empty() {
+            ConsumerGroupState::Empty
+        } else if self.epoch > self.target_epoch {
+            ConsumerGroupState::Assigning
+        } else if self
+            .members
+            .values()
+            .any(|m| m.state != MemberState::Stable || (m.epoch != self.target_epoch && m.epoch != LEAVE_STATIC_EPOCH))
+        {
+            ConsumerGroupState::Reconciling
+        } else {
+            ConsumerGroupState::Stable
+        }
+    }
+
+    /// One ConsumerGroupHeartbeat. `cfg` and `catalog` are the broker's settings and topics now.
+    pub fn heartbeat(
+        &mut self,
+        req: &HeartbeatRequest,
+        cfg: &ConsumerConfig,
+        catalog: &Catalog,
+        now: i64,
+    ) -> HeartbeatResponse {
+        match req.member_epoch {
+            LEAVE_EPOCH | LEAVE_STATIC_EPOCH => self.leave(req, cfg, now),
+            _ => match self.join_or_heartbeat(req, cfg, catalog, now) {
+                Ok(r) => r,
+                Err((e, msg)) => HeartbeatResponse::error(e, msg),
+            },
+        }
+    }
+
+    fn leave(&mut self, req: &HeartbeatRequest, cfg: &ConsumerConfig, now: i64) -> HeartbeatResponse {
+        let found = match &req.instance_id {
+            Some(inst) => match self.instances.get(inst) {
+                None => Err((E::UnknownMemberId, format!("Instance id {inst} is unknown."))),
+                Some(m) if *m != req.member_id => Err((
+                    E::FencedInstanceId,
+                    format!("Static member {} with instance id {inst} was fenced by member {m}.", req.member_id),
+                )),
+                Some(m) => Ok(m.clone()),
+            },
+            None if self.members.contains_key(&req.member_id) => Ok(req.member_id.clone()),
+            None => {
+                Err((E::UnknownMemberId, format!("Member {} is not a member of group {}.", req.member_id, self.id)))
+            }
+        };
+        let member = match found {
+            Ok(m) => m,
+            Err((e, msg)) => return HeartbeatResponse::error(e, msg),
+        };
+        if req.member_epoch == LEAVE_STATIC_EPOCH && req.instance_id.is_some() {
+            // Temporarily gone: keeps its assignment and its place until the session ends.
+            if let Some(m) = self.members.get_mut(&member) {
+                m.previous_epoch = m.epoch;
+                m.epoch = LEAVE_STATIC_EPOCH;
+                m.revocation_deadline = None;
+            }
+        } else {
+            self.remove(&member, cfg, now);
+        }
+        HeartbeatResponse {
+            error: E::None,
+            message: None,
+            member_id: Some(req.member_id.clone()),
+            member_epoch: req.member_epoch,
+            heartbeat_interval_ms: 0,
+            assignment: None,
+        }
+    }
+
+    /// Removes a member (left, fenced or expired) and rebalances the rest.
+    fn remove(&mut self, member: &str, cfg: &ConsumerConfig, now: i64) {
+        let Some(m) = self.members.remove(member) else { return };
+        if let Some(inst) = &m.instance_id
+            && self.instances.get(inst).is_some_and(|x| x == member)
+        {
+            self.instances.remove(inst);
+        }
+        self.target.remove(member);
+        self.epoch += 1;
+        if self.members.is_empty() {
+            self.state_since = now;
+        }
+        // What the others subscribe to can only shrink: resolve against what was subscribed.
+        let known = Catalog { topics: self.subscribed.clone(), internal: BTreeSet::new() };
+        self.refresh_subscriptions(&known);
+        self.compute_target(cfg);
+    }
+
+    fn join_or_heartbeat(
+        &mut self,
+        req: &HeartbeatRequest,
+        cfg: &ConsumerConfig,
+        catalog: &Catalog,
+        now: i64,
+    ) -> Result<HeartbeatResponse, (E, String)> {
+        let joining = req.member_epoch == JOIN_EPOCH;
+        let mut bump = false;
+        let before: Option<Assignment>;
+        if joining {
+            before = None;
+            bump |= self.admit(req, cfg)?;
+        } else {
+            self.check_member(req)?;
+            before = self.members.get(&req.member_id).map(|m| m.assigned.clone());
+        }
+        let Some(m) = self.members.get_mut(&req.member_id) else {
+            return Err((
+                E::UnknownMemberId,
+                format!("Member {} is not a member of group {}.", req.member_id, self.id),
+            ));
+        };
+        // Subscription and member details.
+        if let Some(names) = &req.subscribed_topic_names {
+            let names: BTreeSet<String> = names.iter().cloned().collect();
+            if names != m.subscribed_topic_names {
+                m.subscribed_topic_names = names;
+                bump = true;
+            }
+        }
+        if let Some(re) = &req.subscribed_topic_regex {
+            let re = Some(re.clone()).filter(|r| !r.is_empty());
+            if re != m.subscribed_topic_regex {
+                m.subscribed_topic_regex = re;
+                bump = true;
+            }
+        }
+        // The assignor a member asks for counts at the next target computation; as in Kafka,
+        // changing it alone does not start one.
+        if let Some(a) = &req.server_assignor {
+            m.server_assignor = Some(a.clone());
+        }
+        if req.rebalance_timeout_ms != -1 {
+            m.rebalance_timeout_ms = req.rebalance_timeout_ms;
+        }
+        if req.rack_id.is_some() {
+            m.rack_id = req.rack_id.clone();
+        }
+        m.client_id = req.client_id.clone();
+        m.client_host = req.client_host.clone();
+        m.session_deadline = now.saturating_add(i64::from(cfg.session_timeout_ms));
+        // The subscribed topics' metadata: a new topic, more partitions or a deleted topic
+        // changes the target as a subscription change does.
+        bump |= self.refresh_subscriptions(catalog);
+        if bump {
+            self.epoch += 1;
+        }
+        if self.epoch > self.target_epoch {
+            self.compute_target(cfg);
+        }
+        self.reconcile(&req.member_id, req.owned.as_ref(), now);
+        let m = self.members.get(&req.member_id).ok_or((E::UnknownServerError, String::new()))?;
+        let changed = before.as_ref() != Some(&m.assigned);
+        Ok(HeartbeatResponse {
+            error: E::None,
+            message: None,
+            member_id: Some(m.id.clone()),
+            member_epoch: m.epoch,
+            heartbeat_interval_ms: cfg.heartbeat_interval_ms,
+            assignment: (joining || changed || req.is_full()).then(|| m.assigned.clone()),
+        })
+    }
+
+    /// A join (member epoch 0): a new member, a member rejoining after it was fenced, or a
+    /// static member replacing its previous incarnation. Returns whether the group epoch must
+    /// move.
+    fn admit(&mut self, req: &HeartbeatRequest, cfg: &ConsumerConfig) -> Result<bool, (E, String)> {
+        if let Some(inst) = &req.instance_id
+            && let Some(old_id) = self.instances.get(inst).cloned()
+            && old_id != req.member_id
+        {
+            let old_epoch = self.members.get(&old_id).map_or(LEAVE_STATIC_EPOCH, |m| m.epoch);
+            if old_epoch != LEAVE_STATIC_EPOCH {
+                return Err((
+                    E::UnreleasedInstanceId,
+                    format!(
+                        "Static member {} with instance id {inst} cannot join the group because the instance id is owned by {old_id} member.",
+                        req.member_id
+                    ),
+                ));
+            }
+            // The replacement takes over the old incarnation's epoch and partitions: no rebalance.
+            if let Some(mut m) = self.members.remove(&old_id) {
+                m.id = req.member_id.clone();
+                m.epoch = m.previous_epoch;
+                m.client_id = req.client_id.clone();
+                m.client_host = req.client_host.clone();
+                if let Some(t) = self.target.remove(&old_id) {
+                    self.target.insert(req.member_id.clone(), t);
+                }
+                self.members.insert(req.member_id.clone(), m);
+            }
+            self.instances.insert(inst.clone(), req.member_id.clone());
+            return Ok(false);
+        }
+        if let Some(m) = self.members.get_mut(&req.member_id) {
+            // Rejoining with the same id after it was fenced: it starts from nothing, and gets
+            // its target partitions back as soon as nobody else holds them.
+            m.epoch = JOIN_EPOCH;
+            m.previous_epoch = JOIN_EPOCH;
+            m.state = MemberState::Stable;
+            m.assigned.clear();
+            m.pending_revocation.clear();
+            m.revocation_deadline = None;
+            return Ok(false);
+        }
+        if self.members.len() >= cfg.max_size {
+            return Err((
+                E::GroupMaxSizeReached,
+                format!("The consumer group has reached its maximum capacity of {} members.", cfg.max_size),
+            ));
+        }
+        if let Some(inst) = &req.instance_id {
+            self.instances.insert(inst.clone(), req.member_id.clone());
+        }
+        self.members.insert(
+            req.member_id.clone(),
+            ConsumerMember {
+                id: req.member_id.clone(),
+                instance_id: req.instance_id.clone(),
+                rack_id: None,
+                client_id: req.client_id.clone(),
+                client_host: req.client_host.clone(),
+                subscribed_topic_names: BTreeSet::new(),
+                subscribed_topic_regex: None,
+                server_assignor: None,
+                rebalance_timeout_ms: req.rebalance_timeout_ms,
+                epoch: JOIN_EPOCH,
+                previous_epoch: JOIN_EPOCH,
+                state: MemberState::Stable,
+                assigned: Assignment::new(),
+                pending_revocation: Assignment::new(),
+                session_deadline: i64::MAX,
+                revocation_deadline: None,
+            },
+        );
+        Ok(true)
+    }
+
+    /// A heartbeat of a member that already joined: known id, owned instance id, valid epoch.
+    fn check_member(&self, req: &HeartbeatRequest) -> Result<(), (E, String)> {
+        if let Some(inst) = &req.instance_id {
+            match self.instances.get(inst) {
+                None => return Err((E::UnknownMemberId, format!("Instance id {inst} is unknown."))),
+                Some(m) if *m != req.member_id => {
+                    return Err((
+                        E::FencedInstanceId,
+                        format!("Static member {} with instance id {inst} was fenced by member {m}.", req.member_id),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        let Some(m) = self.members.get(&req.member_id) else {
+            return Err((
+                E::UnknownMemberId,
+                format!("Member {} is not a member of group {}.", req.member_id, self.id),
+            ));
+        };
+        let got = req.member_epoch;
+        if got > m.epoch {
+            return Err((
+                E::FencedMemberEpoch,
+                format!(
+                    "The consumer group member has a greater member epoch ({got}) than the one known by the group coordinator ({}). The member must abandon all its partitions and rejoin.",
+                    m.epoch
+                ),
+            ));
+        }
+        if got < m.epoch {
+            // The answer that moved it to the current epoch may have been lost: the previous
+            // epoch is accepted while what it owns is part of its assignment.
+            let subset = req.owned.as_ref().is_some_and(|o| is_subset(o, &m.assigned));
+            if got != m.previous_epoch || !subset {
+                return Err((
+                    E::FencedMemberEpoch,
+                    format!(
+                        "The consumer group member has a smaller member epoch ({got}) than the one known by the group coordinator ({}). The member must abandon all its partitions and rejoin.",
+                        m.epoch
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-resolves every member's subscription against the catalog; true if the subscribed
+    /// topics or their partition counts changed.
+    fn refresh_subscriptions(&mut self, catalog: &Catalog) -> bool {
+        let mut now: BTreeMap<String, TopicInfo> = BTreeMap::new();
+        for m in self.members.values() {
+            for (name, t) in resolve(m, catalog) {
+                now.insert(name, t);
+            }
+        }
+        if now != self.subscribed {
+            self.subscribed = now;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The target assignment for the current group epoch.
+    fn compute_target(&mut self, cfg: &ConsumerConfig) {
+        self.assignor = self.preferred_assignor(cfg);
+        let catalog = Catalog { topics: self.subscribed.clone(), internal: BTreeSet::new() };
+        let subs: BTreeMap<String, BTreeSet<String>> =
+            self.members.values().map(|m| (m.id.clone(), resolve(m, &catalog).into_keys().collect())).collect();
+        self.target = self.assignor.assign(&subs, &self.subscribed, &self.target);
+        self.target_epoch = self.epoch;
+    }
+
+    /// The assignor most members ask for (ties: the configured order), else the default.
+    fn preferred_assignor(&self, cfg: &ConsumerConfig) -> Assignor {
+        let mut votes: HashMap<Assignor, usize> = HashMap::new();
+        for m in self.members.values() {
+            if let Some(a) = m.server_assignor.as_deref().and_then(Assignor::from_name)
+                && cfg.assignors.contains(&a)
+            {
+                *votes.entry(a).or_default() += 1;
+            }
+        }
+        let best = votes.values().copied().max().unwrap_or(0);
+        cfg.assignors
+            .iter()
+            .copied()
+            .find(|a| best > 0 && votes.get(a) == Some(&best))
+            .or_else(|| cfg.assignors.first().copied())
+            .unwrap_or(Assignor::Uniform)
+    }
+
+    /// Moves one member toward its target (Kafka's `CurrentAssignmentBuilder`).
+    fn reconcile(&mut self, member: &str, owned: Option<&Assignment>, now: i64) {
+        let target_epoch = self.target_epoch;
+        let target = self.target.get(member).cloned().unwrap_or_default();
+        // Partitions held (assigned or still being revoked) by the other members.
+        let held: BTreeSet<(Uuid, i32)> = self
+            .members
+            .values()
+            .filter(|m| m.id != member)
+            .flat_map(|m| m.assigned.iter().chain(m.pending_revocation.iter()))
+            .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
+            .collect();
+        let Some(m) = self.members.get_mut(member) else { return };
+        let owns_any = |revoke: &Assignment| match owned {
+            None => true,
+            Some(o) => revoke.iter().any(|(t, ps)| o.get(t).is_some_and(|x| !x.is_disjoint(ps))),
+        };
+        match m.state {
+            MemberState::Stable if m.epoch == target_epoch => return,
+            MemberState::UnrevokedPartitions if owns_any(&m.pending_revocation) => return,
+            _ => {}
+        }
+        let mut assigned = Assignment::new();
+        let mut revoke = Assignment::new();
+        let mut unreleased = false;
+        let topics: BTreeSet<Uuid> = target.keys().chain(m.assigned.keys()).copied().collect();
+        for t in topics {
+            let want = target.get(&t).cloned().unwrap_or_default();
+            let have = m.assigned.get(&t).cloned().unwrap_or_default();
+            let keep: BTreeSet<i32> = have.intersection(&want).copied().collect();
+            let gone: BTreeSet<i32> = have.difference(&keep).copied().collect();
+            let mut gain: BTreeSet<i32> = want.difference(&keep).copied().collect();
+            let before = gain.len();
+            gain.retain(|p| !held.contains(&(t, *p)));
+            unreleased |= gain.len() != before;
+            let mut now_assigned = keep;
+            if !gone.is_empty() {
+                revoke.insert(t, gone);
+            }
+            // Gains are held back while anything is still to be revoked.
+            now_assigned.extend(gain.iter().copied());
+            if !now_assigned.is_empty() {
+                assigned.insert(t, now_assigned);
+            }
+        }
+        if !revoke.is_empty() && owns_any(&revoke) {
+            // Revoke first, at the current epoch; nothing new until the member has let go.
+            let kept: Assignment = assigned
+                .iter()
+                .filter_map(|(t, ps)| {
+                    let had = m.assigned.get(t)?;
+                    let k: BTreeSet<i32> = ps.intersection(had).copied().collect();
+                    (!k.is_empty()).then_some((*t, k))
+                })
+                .collect();
+            m.assigned = kept;
+            m.pending_revocation = revoke;
+            if m.state != MemberState::UnrevokedPartitions {
+                m.revocation_deadline = Some(now.saturating_add(i64::from(m.rebalance_timeout_ms.max(0))));
+            }
+            m.state = MemberState::UnrevokedPartitions;
+            return;
+        }
+        if m.epoch != target_epoch {
+            m.previous_epoch = m.epoch;
+            m.epoch = target_epoch;
+        }
+        m.assigned = assigned;
+        m.pending_revocation.clear();
+        m.revocation_deadline = None;
+        m.state = if unreleased { MemberState::UnreleasedPartitions } else { MemberState::Stable };
+    }
+
+    /// Session and revocation timeouts; returns the members removed.
+    pub fn tick(&mut self, cfg: &ConsumerConfig, now: i64) -> Vec<Expired> {
+        let mut gone = Vec::new();
+        for m in self.members.values() {
+            if m.session_deadline <= now {
+                gone.push(Expired { member_id: m.id.clone(), reason: "session timeout" });
+            } else if m.revocation_deadline.is_some_and(|d| d <= now) {
+                gone.push(Expired {
+                    member_id: m.id.clone(),
+                    reason: "partitions not revoked within the rebalance timeout",
+                });
+            }
+        }
+        for e in &gone {
+            self.remove(&e.member_id, cfg, now);
+        }
+        gone
+    }
+
+    pub fn next_deadline(&self) -> Option<i64> {
+        self.members.values().flat_map(|m| [Some(m.session_deadline), m.revocation_deadline]).flatten().min()
+    }
+
+    /// OffsetCommit against this group: admin commits (negative epoch) only while it is
+    /// empty; members commit with their current epoch, through OffsetCommit v9+.
+    pub fn validate_commit(&self, member: &str, epoch: i32, api_version: i16) -> Result<(), E> {
+        if epoch < 0 && self.members.is_empty() {
+            return Ok(());
+        }
+        let m = self.members.get(member).ok_or(E::UnknownMemberId)?;
+        if api_version < 9 {
+            return Err(E::UnsupportedVersion);
+        }
+        if epoch != m.epoch {
+            return Err(E::StaleMemberEpoch);
+        }
+        Ok(())
+    }
+
+    /// OffsetFetch by a member (epoch >= 0) must carry its current epoch; admins pass -1.
+    pub fn validate_fetch(&self, member: &str, epoch: i32) -> Result<(), E> {
+        if epoch < 0 {
+            return Ok(());
+        }
+        let m = self.members.get(member).ok_or(E::UnknownMemberId)?;
+        if epoch != m.epoch {
+            return Err(E::StaleMemberEpoch);
+        }
+        Ok(())
+    }
+}
+
+/// A member's subscribed topics that exist: by name, and by regex (internal topics excluded).
+fn resolve(m: &ConsumerMember, catalog: &Catalog) -> BTreeMap<String, TopicInfo> {
+    let mut out = BTreeMap::new();
+    for n in &m.subscribed_topic_names {
+        if let Some(t) = catalog.topics.get(n) {
+            out.insert(n.clone(), *t);
+        }
+    }
+    if let Some(re) = m.subscribed_topic_regex.as_deref().and_then(compile) {
+        for (n, t) in &catalog.topics {
+            if !catalog.internal.contains(n) && re.is_match(n) {
+                out.insert(n.clone(), *t);
+            }
+        }
+    }
+    out
+}
+
+/// A subscription regex, anchored as Java's `Pattern.matches` (RE2J) applies it.
+pub fn compile(re: &str) -> Option<regex::Regex> {
+    regex::Regex::new(&format!("^(?:{re})$")).ok()
+}
+
+fn is_subset(a: &Assignment, b: &Assignment) -> bool {
+    a.iter().all(|(t, ps)| ps.is_empty() || b.get(t).is_some_and(|x| ps.is_subset(x)))
+}
+
+#[cfg(test)]
+#[path = "consumer_tests.rs"]
+mod tests;
