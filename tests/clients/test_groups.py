@@ -1,17 +1,29 @@
 """Consumer groups through librdkafka (confluent-kafka): subscribe, commit, resume after
 the group restarts, committed offsets across a broker SIGKILL, rebalance when a member
-leaves (timed), and the admin view of groups.
+leaves (timed), and the admin view of groups. The resume and leave tests run under both
+group protocols: classic (JoinGroup/SyncGroup) and consumer (KIP-848, `group.protocol=consumer`).
 """
 
 from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, ConsumerGroupState, Producer, TopicPartition
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, Producer, TopicPartition
 
 from oxbow_harness import admin_client, create_topic, wait_until
 
 PARTITIONS = 4
+
+# Broker settings of the consumer protocol tests: the coordinator sets members' session timeout
+# and heartbeat interval (KIP-848), matched to the classic members' client settings below.
+CONSUMER_PROTOCOL_BROKER = {
+    "group.consumer.session.timeout.ms": "10000",
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.heartbeat.interval.ms": "500",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.initial.rebalance.delay.ms": "0",
+}
 
 
 def produce(broker, topic: str, per_partition: int, start: int) -> None:
@@ -22,18 +34,43 @@ def produce(broker, topic: str, per_partition: int, start: int) -> None:
     assert p.flush(30) == 0
 
 
-def group_consumer(broker, group: str, **extra) -> Consumer:
+def group_consumer(broker, group: str, protocol: str = "classic", **extra) -> Consumer:
     conf = {
         "bootstrap.servers": broker.bootstrap,
         "group.id": group,
+        "group.protocol": protocol,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": 10000,
-        "heartbeat.interval.ms": 500,
         "fetch.wait.max.ms": 100,
     }
+    if protocol == "classic":
+        # Under the consumer protocol the broker sets these (CONSUMER_PROTOCOL_BROKER).
+        conf.update({"session.timeout.ms": 10000, "heartbeat.interval.ms": 500})
     conf.update(extra)
     return Consumer(conf)
+
+
+class Owned:
+    """What each member owns, from its rebalance callbacks: eager (classic) assignments
+    replace, incremental (consumer protocol) ones add and revoke."""
+
+    def __init__(self, protocol: str, *names: str):
+        self.incremental = protocol == "consumer"
+        self.parts: dict[str, set[int]] = {n: set() for n in names}
+
+    def callbacks(self, name: str) -> dict:
+        def on_assign(consumer, partitions):
+            if not self.incremental:
+                self.parts[name] = set()
+            self.parts[name] |= {p.partition for p in partitions}
+
+        def on_revoke(consumer, partitions):
+            self.parts[name] -= {p.partition for p in partitions}
+
+        return {"on_assign": on_assign, "on_revoke": on_revoke}
+
+    def __getitem__(self, name: str) -> list[int]:
+        return sorted(self.parts[name])
 
 
 def poll_values(consumers: list[Consumer], want: int, timeout: float = 60.0) -> list[tuple[int, int, bytes]]:
@@ -51,11 +88,13 @@ def poll_values(consumers: list[Consumer], want: int, timeout: float = 60.0) -> 
     return got
 
 
-def test_subscribe_commit_and_resume(broker):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_subscribe_commit_and_resume(broker_factory, protocol):
+    broker = broker_factory(CONSUMER_PROTOCOL_BROKER)
     topic = "rd-groups-resume"
     create_topic(broker, topic, PARTITIONS)
     produce(broker, topic, 100, 0)
-    a, b = group_consumer(broker, "rd-resume"), group_consumer(broker, "rd-resume")
+    a, b = group_consumer(broker, "rd-resume", protocol), group_consumer(broker, "rd-resume", protocol)
     a.subscribe([topic])
     b.subscribe([topic])
     first = poll_values([a, b], 4 * 100)
@@ -70,7 +109,7 @@ def test_subscribe_commit_and_resume(broker):
     b.close()
 
     produce(broker, topic, 50, 100)
-    c = group_consumer(broker, "rd-resume")
+    c = group_consumer(broker, "rd-resume", protocol)
     c.subscribe([topic])
     second = poll_values([c], 4 * 50)
     time.sleep(1)
@@ -98,25 +137,27 @@ def test_committed_offsets_survive_broker_sigkill(broker):
     assert [(t.partition, t.offset) for t in stored] == [(p, 3 + p) for p in range(PARTITIONS)]
 
 
-def test_rebalance_when_a_member_leaves(broker_factory):
-    """Time from a member leaving (close -> LeaveGroup) to the remaining member owning
-    every partition and consuming a record from one the leaver owned."""
-    broker = broker_factory({"group.initial.rebalance.delay.ms": "0"})
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_rebalance_when_a_member_leaves(broker_factory, protocol):
+    """Time from a member leaving (close -> LeaveGroup, or a leave heartbeat) to the remaining
+    member owning every partition and consuming a record from one the leaver owned."""
+    broker = broker_factory(CONSUMER_PROTOCOL_BROKER)
     topic = "rd-groups-leave"
     create_topic(broker, topic, PARTITIONS)
-    assigned: dict[str, list[int]] = {"a": [], "b": []}
-
-    def on_assign(name):
-        def cb(consumer, partitions):
-            assigned[name] = sorted(p.partition for p in partitions)
-        return cb
-
-    a, b = group_consumer(broker, "rd-leave"), group_consumer(broker, "rd-leave")
-    a.subscribe([topic], on_assign=on_assign("a"))
-    b.subscribe([topic], on_assign=on_assign("b"))
+    assigned = Owned(protocol, "a", "b")
+    a, b = group_consumer(broker, "rd-leave", protocol), group_consumer(broker, "rd-leave", protocol)
+    a.subscribe([topic], **assigned.callbacks("a"))
+    b.subscribe([topic], **assigned.callbacks("b"))
     wait_until(lambda: (a.poll(0.05), b.poll(0.05)) and sorted(assigned["a"] + assigned["b"]) == list(range(PARTITIONS))
                and assigned["a"] and assigned["b"], 60, "both members assigned")
     leaver_owned = assigned["b"]
+    # The group runs the protocol asked for, as the admin API reports it.
+    admin = admin_client(broker)
+    listed = [g for g in admin.list_consumer_groups(request_timeout=10).result().valid if g.group_id == "rd-leave"]
+    assert [g.type for g in listed] == [ConsumerGroupType.CONSUMER if protocol == "consumer" else ConsumerGroupType.CLASSIC]
+    d = admin.describe_consumer_groups(["rd-leave"])["rd-leave"].result()
+    assert d.partition_assignor == ("uniform" if protocol == "consumer" else "range")
+    assert sorted(tp.partition for m in d.members for tp in m.assignment.topic_partitions) == list(range(PARTITIONS))
     t0 = time.monotonic()
     b.close()
     wait_until(lambda: a.poll(0.01) is None and assigned["a"] == list(range(PARTITIONS)), 60, "a owns everything")
@@ -128,7 +169,8 @@ def test_rebalance_when_a_member_leaves(broker_factory):
     consuming = time.monotonic() - t0
     a.close()
     assert got[0][0] == leaver_owned[0] and got[0][2] == b"after-leave"
-    print(f"member left: partitions reassigned after {reassigned * 1000:.0f} ms, consuming again after {consuming * 1000:.0f} ms")
+    print(f"{protocol} protocol: member left: partitions reassigned after {reassigned * 1000:.0f} ms, "
+          f"consuming again after {consuming * 1000:.0f} ms")
 
 
 def test_admin_lists_and_describes_groups(broker):

@@ -91,6 +91,8 @@ pub enum AnyRequest {
     ListGroups(messages::ListGroupsRequest),
     DescribeGroups(messages::DescribeGroupsRequest),
     DeleteGroups(messages::DeleteGroupsRequest),
+    ConsumerGroupHeartbeat(messages::ConsumerGroupHeartbeatRequest),
+    ConsumerGroupDescribe(messages::ConsumerGroupDescribeRequest),
 }
 
 /// Decodes a whole request frame (without the size prefix) the way the broker does: unknown
@@ -135,6 +137,8 @@ pub fn decode_any(frame: Bytes) -> Result<(RequestHeader, AnyRequest), ProtocolE
         ApiKey::ListGroups => AnyRequest::ListGroups(decode_body(api, v, &mut body)?),
         ApiKey::DescribeGroups => AnyRequest::DescribeGroups(decode_body(api, v, &mut body)?),
         ApiKey::DeleteGroups => AnyRequest::DeleteGroups(decode_body(api, v, &mut body)?),
+        ApiKey::ConsumerGroupHeartbeat => AnyRequest::ConsumerGroupHeartbeat(decode_body(api, v, &mut body)?),
+        ApiKey::ConsumerGroupDescribe => AnyRequest::ConsumerGroupDescribe(decode_body(api, v, &mut body)?),
         other => return Err(ProtocolError::Decode { api: other, version: v, reason: "not served".into() }),
     };
     Ok((raw.header, req))

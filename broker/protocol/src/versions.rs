@@ -37,6 +37,10 @@ const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::DeleteGroups, 0, 2),
+    // Not advertised when `group.coordinator.rebalance.protocols` leaves out `consumer` (the
+    // broker filters its ApiVersions answer): clients switch protocol when they see it.
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// The advertised version range of one API.

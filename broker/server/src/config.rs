@@ -437,6 +437,60 @@ pub const KEYS: &[KeyDef] = &[
         doc: "The most members a consumer group may have (else GROUP_MAX_SIZE_REACHED).",
     },
     KeyDef {
+        name: "group.coordinator.rebalance.protocols",
+        default: Some("classic,consumer"),
+        kind: Kind::Names,
+        doc: "Group protocols the coordinator serves: `classic` (JoinGroup/SyncGroup) and `consumer` (KIP-848 ConsumerGroupHeartbeat, advertised only when listed). `classic` is required.",
+    },
+    KeyDef {
+        name: "group.consumer.session.timeout.ms",
+        default: Some("45000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Consumer protocol (KIP-848) groups: a member that has not heartbeated for this long is removed and its partitions reassigned.",
+    },
+    KeyDef {
+        name: "group.consumer.min.session.timeout.ms",
+        default: Some("45000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Lower bound of `group.consumer.session.timeout.ms`.",
+    },
+    KeyDef {
+        name: "group.consumer.max.session.timeout.ms",
+        default: Some("60000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Upper bound of `group.consumer.session.timeout.ms`.",
+    },
+    KeyDef {
+        name: "group.consumer.heartbeat.interval.ms",
+        default: Some("5000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Consumer protocol groups: the heartbeat interval the coordinator gives its members. Members learn of a new assignment at their next heartbeat, so this bounds how fast a rebalance reaches them.",
+    },
+    KeyDef {
+        name: "group.consumer.min.heartbeat.interval.ms",
+        default: Some("5000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Lower bound of `group.consumer.heartbeat.interval.ms`.",
+    },
+    KeyDef {
+        name: "group.consumer.max.heartbeat.interval.ms",
+        default: Some("15000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Upper bound of `group.consumer.heartbeat.interval.ms`.",
+    },
+    KeyDef {
+        name: "group.consumer.max.size",
+        default: Some("2147483647"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "The most members a consumer protocol group may have (else GROUP_MAX_SIZE_REACHED).",
+    },
+    KeyDef {
+        name: "group.consumer.assignors",
+        default: Some("uniform,range"),
+        kind: Kind::Names,
+        doc: "Server-side assignors for consumer protocol groups, from `uniform` (balanced and sticky) and `range` (co-partitioned ranges); the first is the default. A member naming another gets UNSUPPORTED_ASSIGNOR.",
+    },
+    KeyDef {
         name: "offsets.topic.num.partitions",
         default: Some("50"),
         kind: Kind::Int { min: 1, max: I32 },
@@ -618,6 +672,10 @@ pub fn key_def(name: &str) -> Option<&'static KeyDef> {
 #[derive(Debug, Clone)]
 pub struct GroupSettings {
     pub group: oxbow_group::GroupConfig,
+    /// `group.coordinator.rebalance.protocols` includes `consumer` (KIP-848 served).
+    pub consumer_protocol: bool,
+    /// `group.consumer.*`
+    pub consumer: oxbow_group::consumer::ConsumerConfig,
     pub offsets: oxbow_group::OffsetConfig,
     /// `offsets.topic.num.partitions`
     pub topic_partitions: i32,
@@ -890,7 +948,28 @@ impl BrokerConfig {
                 reason: format!("{min_session} is larger than group.max.session.timeout.ms ({max_session})"),
             });
         }
+        let consumer = consumer_group_config(&req_int, get("group.consumer.assignors").unwrap_or_default())?;
+        let protocols: Vec<String> = get("group.coordinator.rebalance.protocols")
+            .unwrap_or_default()
+            .split(',')
+            .map(|p| p.trim().to_lowercase())
+            .filter(|p| !p.is_empty())
+            .collect();
+        if let Some(bad) = protocols.iter().find(|p| *p != "classic" && *p != "consumer") {
+            return Err(ConfigError::Inconsistent {
+                key: "group.coordinator.rebalance.protocols".into(),
+                reason: format!("unknown protocol `{bad}`: accepted are classic and consumer"),
+            });
+        }
+        if !protocols.iter().any(|p| p == "classic") {
+            return Err(ConfigError::Inconsistent {
+                key: "group.coordinator.rebalance.protocols".into(),
+                reason: "must include classic".into(),
+            });
+        }
         let groups = GroupSettings {
+            consumer_protocol: protocols.iter().any(|p| p == "consumer"),
+            consumer,
             group: oxbow_group::GroupConfig {
                 min_session_timeout_ms: min_session as i32,
                 max_session_timeout_ms: max_session as i32,
@@ -1022,6 +1101,69 @@ pub fn config_docs() -> String {
         let _ = writeln!(s, "| `{}` | `{}` | {} | {} |", t.name, t.broker_key, t.kind.accepted(), t.doc);
     }
     s
+}
+
+/// `group.consumer.*`: the settings of consumer protocol (KIP-848) groups, with Kafka's checks
+/// (each value within its min/max, the heartbeat interval below the session timeout).
+fn consumer_group_config(
+    req_int: &dyn Fn(&str) -> Result<i64, ConfigError>,
+    assignors: String,
+) -> Result<oxbow_group::consumer::ConsumerConfig, ConfigError> {
+    use oxbow_group::assignor::Assignor;
+    let bounded = |key: &str, min_key: &str, max_key: &str| -> Result<i64, ConfigError> {
+        let (v, min, max) = (req_int(key)?, req_int(min_key)?, req_int(max_key)?);
+        if min > max {
+            return Err(ConfigError::Inconsistent {
+                key: min_key.into(),
+                reason: format!("{min} is larger than {max_key} ({max})"),
+            });
+        }
+        if v < min || v > max {
+            return Err(ConfigError::Inconsistent {
+                key: key.into(),
+                reason: format!("{v} is outside [{min}, {max}] ({min_key}, {max_key})"),
+            });
+        }
+        Ok(v)
+    };
+    let session = bounded(
+        "group.consumer.session.timeout.ms",
+        "group.consumer.min.session.timeout.ms",
+        "group.consumer.max.session.timeout.ms",
+    )?;
+    let heartbeat = bounded(
+        "group.consumer.heartbeat.interval.ms",
+        "group.consumer.min.heartbeat.interval.ms",
+        "group.consumer.max.heartbeat.interval.ms",
+    )?;
+    if heartbeat >= session {
+        return Err(ConfigError::Inconsistent {
+            key: "group.consumer.heartbeat.interval.ms".into(),
+            reason: format!("{heartbeat} must be smaller than group.consumer.session.timeout.ms ({session})"),
+        });
+    }
+    let mut list = Vec::new();
+    for name in assignors.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let a = Assignor::from_name(name).ok_or_else(|| ConfigError::Inconsistent {
+            key: "group.consumer.assignors".into(),
+            reason: format!("unknown assignor `{name}`: accepted are uniform and range"),
+        })?;
+        if !list.contains(&a) {
+            list.push(a);
+        }
+    }
+    if list.is_empty() {
+        return Err(ConfigError::Inconsistent {
+            key: "group.consumer.assignors".into(),
+            reason: "at least one assignor (uniform, range) is required".into(),
+        });
+    }
+    Ok(oxbow_group::consumer::ConsumerConfig {
+        session_timeout_ms: session as i32,
+        heartbeat_interval_ms: heartbeat as i32,
+        max_size: req_int("group.consumer.max.size")? as usize,
+        assignors: list,
+    })
 }
 
 #[cfg(test)]

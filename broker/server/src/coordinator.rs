@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use oxbow_group::assignor::TopicInfo;
 use oxbow_group::classic::{JoinRequest, JoinResponse, SyncRequest, SyncResponse};
+use oxbow_group::consumer::{Catalog, ConsumerGroup, HeartbeatRequest, HeartbeatResponse};
 use oxbow_group::records::OffsetValue;
 use oxbow_group::shard::Listing;
 use oxbow_group::{GroupError, Out, Shard, Ticket, Write, partition_for};
@@ -72,6 +74,16 @@ pub struct CommitEntry {
     pub metadata: String,
 }
 
+/// Who sends an OffsetCommit: checked against the group before anything is written.
+pub struct Committer {
+    pub member: String,
+    pub instance: Option<String>,
+    /// The generation (classic) or member epoch (consumer protocol); -1 for admin commits.
+    pub generation: i32,
+    /// The OffsetCommit version (consumer protocol members must use v9+).
+    pub api_version: i16,
+}
+
 pub struct Coordinator {
     settings: GroupSettings,
     slots: parking_lot::Mutex<HashMap<i32, Arc<Slot>>>,
@@ -79,6 +91,8 @@ pub struct Coordinator {
     wake: Notify,
     /// Serialises loading and the creation of `__consumer_offsets`.
     loading: AsyncMutex<()>,
+    /// The topics consumer protocol groups subscribe to, built once per metadata image.
+    catalog: parking_lot::Mutex<(u64, Arc<Catalog>)>,
 }
 
 impl Coordinator {
@@ -89,7 +103,37 @@ impl Coordinator {
             next_ticket: AtomicU64::new(1),
             wake: Notify::new(),
             loading: AsyncMutex::new(()),
+            catalog: parking_lot::Mutex::new((u64::MAX, Arc::new(Catalog::default()))),
         }
+    }
+
+    /// `group.consumer.*`
+    pub fn consumer_config(&self) -> &oxbow_group::consumer::ConsumerConfig {
+        &self.settings.consumer
+    }
+
+    /// Whether ConsumerGroupHeartbeat is served (`group.coordinator.rebalance.protocols`).
+    pub fn consumer_protocol(&self) -> bool {
+        self.settings.consumer_protocol
+    }
+
+    /// The topic catalog of the current metadata image.
+    fn catalog(&self, broker: &Broker) -> Arc<Catalog> {
+        let image = broker.image();
+        let mut c = self.catalog.lock();
+        if c.0 != image.version {
+            let topics = image
+                .topics
+                .values()
+                .map(|t| {
+                    let partitions = i32::try_from(t.partitions.len()).unwrap_or(i32::MAX);
+                    (t.name.clone(), TopicInfo { id: t.id, partitions })
+                })
+                .collect();
+            let internal = [OFFSETS_TOPIC, "__transaction_state"].iter().map(|t| t.to_string()).collect();
+            *c = (image.version, Arc::new(Catalog { topics, internal }));
+        }
+        c.1.clone()
     }
 
     fn ticket(&self) -> Ticket {
@@ -186,7 +230,8 @@ impl Coordinator {
 
     /// Rebuilds a shard from its partition's records.
     fn replay(&self, part: &Partition) -> Result<Shard, GroupError> {
-        let mut shard = Shard::new(self.settings.group, self.settings.offsets);
+        let mut shard =
+            Shard::new(self.settings.group, self.settings.offsets).with_consumer_config(self.settings.consumer.clone());
         let mut offset = part.offsets().map_err(|_| GroupError::NotCoordinator)?.log_start;
         let mut skipped = 0usize;
         loop {
@@ -394,14 +439,12 @@ impl Coordinator {
         &self,
         broker: &Broker,
         group: &str,
-        member: &str,
-        instance: Option<&str>,
-        generation: i32,
+        by: &Committer,
         entries: Vec<CommitEntry>,
     ) -> Result<GroupError, GroupError> {
         let (slot, mut st) = self.locked(broker, group).await?;
         let now = now_ms();
-        st.shard.validate_commit(group, member, instance, generation, now)?;
+        st.shard.validate_commit(group, &by.member, by.instance.as_deref(), by.generation, by.api_version, now)?;
         let writes: Vec<Write> = entries
             .into_iter()
             .map(|e| Write::Offset {
@@ -438,8 +481,12 @@ impl Coordinator {
         broker: &Broker,
         group: &str,
         wanted: Option<Vec<(String, Vec<i32>)>>,
+        member: Option<(&str, i32)>,
     ) -> Result<Vec<(String, Vec<(i32, Option<OffsetValue>)>)>, GroupError> {
         let (_, st) = self.locked(broker, group).await?;
+        if let Some((member, epoch)) = member {
+            st.shard.validate_fetch(group, member, epoch)?;
+        }
         Ok(match wanted {
             Some(topics) => topics
                 .into_iter()
@@ -494,6 +541,10 @@ impl Coordinator {
 
     pub async fn describe(&self, broker: &Broker, group: &str) -> Result<Option<Described>, GroupError> {
         let (_, st) = self.locked(broker, group).await?;
+        if st.shard.consumer_group(group).is_some() {
+            // Not a classic group: DescribeGroups answers as for a missing one.
+            return Err(GroupError::GroupIdNotFound);
+        }
         Ok(st.shard.group(group).map(|g| Described {
             state: g.state().name(),
             protocol_type: g.protocol_type().unwrap_or_default().to_string(),
@@ -504,6 +555,37 @@ impl Coordinator {
             },
             members: g.describe(),
         }))
+    }
+
+    /// ConsumerGroupHeartbeat (KIP-848). Nothing is written: consumer protocol groups live
+    /// in memory (their committed offsets are stored as any group's); after a coordinator
+    /// move their members are answered UNKNOWN_MEMBER_ID and rejoin.
+    pub async fn consumer_heartbeat(&self, broker: &Broker, group: &str, req: HeartbeatRequest) -> HeartbeatResponse {
+        let catalog = self.catalog(broker);
+        let r = match self.locked(broker, group).await {
+            Ok((_, mut st)) => st.shard.consumer_heartbeat(group, &req, &catalog, now_ms()),
+            Err(e) => HeartbeatResponse { message: None, ..HeartbeatResponse::error(e, "") },
+        };
+        self.wake.notify_one();
+        r
+    }
+
+    /// ConsumerGroupDescribe of one group: the group and the catalog to name its topics, or
+    /// the error and message Kafka gives.
+    pub async fn describe_consumer(
+        &self,
+        broker: &Broker,
+        group: &str,
+    ) -> Result<(ConsumerGroup, Arc<Catalog>), (GroupError, Option<String>)> {
+        let catalog = self.catalog(broker);
+        let (_, st) = self.locked(broker, group).await.map_err(|e| (e, None))?;
+        if let Some(g) = st.shard.consumer_group(group) {
+            return Ok((g.clone(), catalog));
+        }
+        let live = st.shard.group(group).is_some_and(|g| g.state() != oxbow_group::GroupState::Dead);
+        let msg =
+            if live { format!("Group {group} is not a consumer group.") } else { format!("Group {group} not found.") };
+        Err((GroupError::GroupIdNotFound, Some(msg)))
     }
 
     /// Every group this broker coordinates.
@@ -577,7 +659,10 @@ impl Coordinator {
                     continue;
                 }
                 if st.shard.next_deadline().is_some_and(|d| d <= now) {
-                    let outs = st.shard.tick(now);
+                    let (outs, expired) = st.shard.tick(now);
+                    for (group, e) in expired {
+                        tracing::info!(group = %group, member = %e.member_id, reason = e.reason, "removed consumer group member");
+                    }
                     self.run(&broker, &slot, &mut st, outs).await;
                 }
                 if expire {

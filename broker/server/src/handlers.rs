@@ -19,6 +19,7 @@ use crate::network::ConnError;
 mod admin;
 mod api_versions;
 mod configs;
+mod consumer_groups;
 mod fetch;
 mod groups;
 mod list_offsets;
@@ -103,6 +104,8 @@ pub async fn dispatch(
             AnyRequest::ListGroups(r) => answer!(groups::list_groups(&ctx, r)),
             AnyRequest::DescribeGroups(r) => answer!(groups::describe_groups(&ctx, r)),
             AnyRequest::DeleteGroups(r) => answer!(groups::delete_groups(&ctx, r)),
+            AnyRequest::ConsumerGroupHeartbeat(r) => answer!(consumer_groups::heartbeat(&ctx, r)),
+            AnyRequest::ConsumerGroupDescribe(r) => answer!(consumer_groups::describe(&ctx, r)),
         }
     }
     .instrument(span)

@@ -2,7 +2,7 @@
 
 use oxbow_protocol::messages::api_versions_response::ApiVersion;
 use oxbow_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
-use oxbow_protocol::versions;
+use oxbow_protocol::{ApiKey, versions};
 
 use super::Ctx;
 
@@ -19,9 +19,14 @@ pub fn ranges() -> Vec<ApiVersion> {
         .collect()
 }
 
-pub async fn handle(_ctx: &Ctx<'_>, _req: ApiVersionsRequest) -> ApiVersionsResponse {
+pub async fn handle(ctx: &Ctx<'_>, _req: ApiVersionsRequest) -> ApiVersionsResponse {
     let mut resp = ApiVersionsResponse::default();
     resp.api_keys = ranges();
+    if !ctx.broker.groups.consumer_protocol() {
+        // Clients use the consumer group protocol when they see its heartbeat.
+        let hidden = [ApiKey::ConsumerGroupHeartbeat as i16, ApiKey::ConsumerGroupDescribe as i16];
+        resp.api_keys.retain(|k| !hidden.contains(&k.api_key));
+    }
     resp.finalized_features_epoch = -1;
     resp
 }

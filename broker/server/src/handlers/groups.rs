@@ -1,4 +1,4 @@
-//! Consumer group APIs (classic protocol): FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+//! Consumer group APIs (classic protocol; KIP-848's are in `consumer_groups`): FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 //! LeaveGroup, and the admin side: ListGroups, DescribeGroups, DeleteGroups. The decisions are
 //! the coordinator's ([`crate::coordinator`]); this module translates the wire messages.
 
@@ -23,7 +23,7 @@ use super::util::{OPERATIONS_NOT_REQUESTED, s};
 use crate::coordinator::detached;
 
 /// Kafka's "all group operations" bitfield (READ, DELETE, DESCRIBE) for authorized operations.
-const ALL_GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+pub const ALL_GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
 
 /// One FindCoordinator answer: (node, host, port, error, message).
 async fn find_one(ctx: &Ctx<'_>, key: &str, key_type: i8) -> FoundCoordinator {
@@ -220,17 +220,17 @@ pub async fn list_groups(ctx: &Ctx<'_>, req: ListGroupsRequest) -> ListGroupsRes
     let states: Vec<String> = req.states_filter.iter().map(|x| x.to_lowercase()).collect();
     let types: Vec<String> = req.types_filter.iter().map(|x| x.to_lowercase()).collect();
     for g in listed {
-        if !states.is_empty() && !states.contains(&g.state.name().to_lowercase()) {
+        if !states.is_empty() && !states.contains(&g.state.to_lowercase()) {
             continue;
         }
-        if !types.is_empty() && !types.iter().any(|t| t == "classic") {
+        if !types.is_empty() && !types.iter().any(|t| t == g.group_type) {
             continue;
         }
         let mut x = ListedGroup::default();
         x.group_id = GroupId(s(g.group));
         x.protocol_type = s(g.protocol_type);
-        x.group_state = s(g.state.name());
-        x.group_type = s("classic");
+        x.group_state = s(g.state);
+        x.group_type = s(g.group_type);
         resp.groups.push(x);
     }
     resp
@@ -263,6 +263,14 @@ pub async fn describe_groups(ctx: &Ctx<'_>, req: DescribeGroupsRequest) -> Descr
                         x
                     })
                     .collect();
+            }
+            Err(GroupError::GroupIdNotFound) => {
+                // A consumer protocol group: not a classic group.
+                g.group_state = s(GroupState::Dead.name());
+                if ctx.version >= 6 {
+                    g.error_code = ResponseError::GroupIdNotFound.code();
+                    g.error_message = Some(s(format!("Group {} is not a classic group.", id.0.as_str())));
+                }
             }
             Ok(None) if ctx.version >= 6 => {
                 g.error_code = ResponseError::GroupIdNotFound.code();

@@ -18,7 +18,7 @@ use oxbow_protocol::messages::{
 
 use super::Ctx;
 use super::util::s;
-use crate::coordinator::{CommitEntry, detached};
+use crate::coordinator::{CommitEntry, Committer, detached};
 
 /// Whether `topic` has partition `p` in this broker's metadata.
 fn partition_exists(ctx: &Ctx<'_>, topic: &str, p: i32) -> bool {
@@ -60,13 +60,16 @@ pub async fn offset_commit(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCom
     if entries.is_empty() {
         return resp;
     }
-    let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
-    let (bb, group, member) = (b.clone(), req.group_id.0.to_string(), req.member_id.to_string());
-    let generation = req.generation_id_or_member_epoch;
-    let result =
-        detached(async move { bb.groups.commit(&bb, &group, &member, instance.as_deref(), generation, entries).await })
-            .await
-            .unwrap_or(Err(GroupError::UnknownServerError));
+    let by = Committer {
+        member: req.member_id.to_string(),
+        instance: req.group_instance_id.as_ref().map(|i| i.to_string()),
+        generation: req.generation_id_or_member_epoch,
+        api_version: ctx.version,
+    };
+    let (bb, group) = (b.clone(), req.group_id.0.to_string());
+    let result = detached(async move { bb.groups.commit(&bb, &group, &by, entries).await })
+        .await
+        .unwrap_or(Err(GroupError::UnknownServerError));
     let e = match result {
         Ok(e) | Err(e) => e,
     };
@@ -96,8 +99,14 @@ macro_rules! fill_fetched {
 
 type Fetched = Result<Vec<(String, Vec<(i32, Option<OffsetValue>)>)>, GroupError>;
 
-async fn fetch_group(ctx: &Ctx<'_>, group: &str, topics: Option<Vec<(String, Vec<i32>)>>) -> Fetched {
-    ctx.broker.groups.fetch_offsets(ctx.broker, group, topics).await
+/// `member`: the member id and epoch of a v9+ request from a consumer protocol member.
+async fn fetch_group(
+    ctx: &Ctx<'_>,
+    group: &str,
+    topics: Option<Vec<(String, Vec<i32>)>>,
+    member: Option<(&str, i32)>,
+) -> Fetched {
+    ctx.broker.groups.fetch_offsets(ctx.broker, group, topics, member).await
 }
 
 pub async fn offset_fetch(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetchResponse {
@@ -110,7 +119,8 @@ pub async fn offset_fetch(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetch
                 .map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.clone())).collect());
             let mut rg = OffsetFetchResponseGroup::default();
             rg.group_id = g.group_id.clone();
-            match fetch_group(ctx, g.group_id.0.as_str(), wanted).await {
+            let member = g.member_id.as_ref().map(|m| (m.as_str(), g.member_epoch));
+            match fetch_group(ctx, g.group_id.0.as_str(), wanted, member).await {
                 Ok(topics) => {
                     for (name, parts) in topics {
                         let mut rt = OffsetFetchResponseTopics::default();
@@ -131,7 +141,7 @@ pub async fn offset_fetch(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetch
     }
     let wanted: Option<Vec<(String, Vec<i32>)>> =
         req.topics.as_ref().map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.clone())).collect());
-    match fetch_group(ctx, req.group_id.0.as_str(), wanted.clone()).await {
+    match fetch_group(ctx, req.group_id.0.as_str(), wanted.clone(), None).await {
         Ok(topics) => {
             for (name, parts) in topics {
                 let mut rt = OffsetFetchResponseTopic::default();

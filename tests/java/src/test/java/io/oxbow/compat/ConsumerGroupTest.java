@@ -13,6 +13,7 @@ import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.TreeSet;
@@ -34,12 +35,27 @@ import org.junit.jupiter.api.extension.ExtendWith;
  * Consumer groups with the classic protocol, each member its own JVM (so it can be SIGKILLed):
  * assignments as members come and go, failure detection, resuming at committed offsets, static
  * membership, cooperative rebalancing, committed offsets across a broker crash, and Kafka's own
- * kafka-consumer-groups tool.
+ * kafka-consumer-groups tool. {@link ConsumerProtocolGroupTest} runs the same tests with
+ * {@code group.protocol=consumer} (KIP-848).
  */
 @ExtendWith(OxbowBrokerExtension.class)
 class ConsumerGroupTest {
     static final int PARTITIONS = 4;
     static final int SESSION_MS = 10_000;
+
+    /** The members' {@code group.protocol}. */
+    String protocol() {
+        return "classic";
+    }
+
+    boolean consumerProtocol() {
+        return protocol().equals("consumer");
+    }
+
+    /** The assignor DescribeGroups/ConsumerGroupDescribe names for a group of default members. */
+    String defaultAssignor() {
+        return "range";
+    }
 
     private static void createTopic(OxbowBroker broker, String topic) throws Exception {
         try (Admin admin = broker.admin()) {
@@ -51,6 +67,25 @@ class ConsumerGroupTest {
         try (Admin admin = broker.admin()) {
             return get(admin.describeConsumerGroups(List.of(group)).all()).get(group);
         }
+    }
+
+    /**
+     * Waits until the group is Stable with {@code members} members. Under the consumer protocol a
+     * member learns a new epoch at its next heartbeat, so the group may be Reconciling for a moment
+     * after every member already owns its final partitions.
+     */
+    private static ConsumerGroupDescription awaitStable(OxbowBroker broker, String group, int members)
+            throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        ConsumerGroupDescription d = describe(broker, group);
+        while (!(d.groupState() == GroupState.STABLE && d.members().size() == members)) {
+            if (System.nanoTime() > deadline) {
+                throw new AssertionError("group " + group + " not Stable with " + members + " members: " + d);
+            }
+            Thread.sleep(100);
+            d = describe(broker, group);
+        }
+        return d;
     }
 
     private static void closeAll(List<Member> members) throws Exception {
@@ -70,17 +105,21 @@ class ConsumerGroupTest {
         }
     }
 
-    private static Member member(OxbowBroker b, String name, String group, String topic, String... extra) throws Exception {
-        List<String> args = new ArrayList<>(List.of("group=" + group, "topic=" + topic, "session=" + SESSION_MS));
+    private Member member(OxbowBroker b, String name, String group, String topic, String... extra) throws Exception {
+        List<String> args = new ArrayList<>(
+                List.of("group=" + group, "topic=" + topic, "session=" + SESSION_MS, "protocol=" + protocol()));
         args.addAll(List.of(extra));
         return Member.start(name, b, args.toArray(new String[0]));
     }
 
     /**
-     * Waits until every member reports the same generation, the partitions are split among them
-     * without overlap, and the sizes of their shares are {@code sizes} (in any order).
+     * Waits until the partitions are split among the members without overlap, the sizes of their
+     * shares are {@code sizes} (in any order), every member has had its first assignment, and
+     * (classic protocol) all report the same generation. Under the consumer protocol each member
+     * has its own epoch and a member whose partitions did not change is not told of a new one, so
+     * epochs are not compared.
      */
-    private static void awaitAssignment(List<Member> members, int... sizes) throws InterruptedException {
+    private void awaitAssignment(List<Member> members, int... sizes) throws InterruptedException {
         List<Integer> want = new ArrayList<>();
         for (int s : sizes) {
             want.add(s);
@@ -102,8 +141,8 @@ class ConsumerGroupTest {
             got.sort(null);
             last = members.stream().map(m -> m.name + "=" + m.owned() + "@" + m.generation())
                     .collect(Collectors.joining(" "));
-            if (gens.size() == 1 && !gens.contains(-1) && got.equals(want) && total == union.size()
-                    && union.size() == PARTITIONS) {
+            boolean generations = !gens.contains(-1) && (consumerProtocol() || gens.size() == 1);
+            if (generations && got.equals(want) && total == union.size() && union.size() == PARTITIONS) {
                 return;
             }
             Thread.sleep(100);
@@ -127,10 +166,8 @@ class ConsumerGroupTest {
             ms.add(member(broker, "scale-5", "scale", topic));
             awaitAssignment(ms, 0, 1, 1, 1, 1);
             Member idle = ms.stream().filter(m -> m.owned().isEmpty()).findFirst().orElseThrow();
-            ConsumerGroupDescription d = describe(broker, "scale");
-            assertEquals(GroupState.STABLE, d.groupState());
-            assertEquals(5, d.members().size());
-            assertEquals("range", d.partitionAssignor());
+            ConsumerGroupDescription d = awaitStable(broker, "scale", 5);
+            assertEquals(defaultAssignor(), d.partitionAssignor());
 
             Member victim = ms.stream().filter(m -> !m.owned().isEmpty()).findFirst().orElseThrow();
             Set<Integer> lost = victim.owned();
@@ -143,8 +180,8 @@ class ConsumerGroupTest {
             Set<Integer> owners = new TreeSet<>();
             ms.forEach(m -> owners.addAll(m.owned()));
             assertTrue(owners.containsAll(lost), "the killed member's partitions " + lost + " moved");
-            System.out.printf("[oxbow-compat] SIGKILLed member's partitions %s moved after %d ms (session.timeout.ms=%d)%n",
-                    lost, ms_, SESSION_MS);
+            System.out.printf("[oxbow-compat] %s protocol: SIGKILLed member's partitions %s moved after %d ms"
+                    + " (session timeout %d ms)%n", protocol(), lost, ms_, SESSION_MS);
         } finally {
             closeAll(ms);
         }
@@ -244,18 +281,33 @@ class ConsumerGroupTest {
         Member s2b = null;
         try {
             awaitAssignment(List.of(s1, s2), 2, 2);
-            int generation = s1.generation();
+            int generation = s2.generation();
+            Optional<Integer> groupEpoch = awaitStable(broker, "static", 2).groupEpoch();
             long s1Events = s1.count("NOW");
             Set<Integer> s2Owned = s2.owned();
-            s2.kill();
+            if (consumerProtocol()) {
+                // KIP-848: a static member that closes leaves "temporarily" (epoch -2) and keeps
+                // its partitions for the session; a new incarnation while the old one is still in
+                // the group would be refused (UNRELEASED_INSTANCE_ID).
+                s2.stop();
+            } else {
+                s2.kill();
+            }
             s2b = member(broker, "static-2b", "static", topic, "instance=i2", slow[0]);
             s2b.await("an assignment", 60, l -> l.stream().anyMatch(x -> x.startsWith("NOW")));
-            assertEquals(generation, s2b.generation(), "the restarted static member rejoined the same generation");
+            Member restarted = s2b;
+            restarted.await("its partitions", 60, l -> restarted.owned().equals(s2Owned));
+            if (consumerProtocol()) {
+                // Members' epochs as the client reports them in callbacks can lag; the group's
+                // epoch is what a rebalance would move.
+                assertEquals(groupEpoch, awaitStable(broker, "static", 2).groupEpoch(), "no new group epoch");
+            } else {
+                assertEquals(generation, s2b.generation(), "the restarted static member rejoined the same generation");
+            }
             assertEquals(s2Owned, s2b.owned(), "and got its partitions back");
             Thread.sleep(3000);
             assertEquals(s1Events, s1.count("NOW"), "the other member saw no rebalance: " + s1.lines());
-            ConsumerGroupDescription d = describe(broker, "static");
-            assertEquals(GroupState.STABLE, d.groupState());
+            ConsumerGroupDescription d = awaitStable(broker, "static", 2);
             assertEquals(Set.of("i1", "i2"), d.members().stream()
                     .map(m -> m.groupInstanceId().orElse("?")).collect(Collectors.toSet()));
         } finally {
@@ -292,7 +344,7 @@ class ConsumerGroupTest {
             gaveUp.removeAll(first.owned());
             assertEquals(gaveUp, first.allIn("REVOKED"));
             ConsumerGroupDescription d = describe(broker, "coop");
-            assertEquals("cooperative-sticky", d.partitionAssignor());
+            assertEquals(consumerProtocol() ? defaultAssignor() : "cooperative-sticky", d.partitionAssignor());
         } finally {
             closeAll(ms);
         }
@@ -378,7 +430,8 @@ class ConsumerGroupTest {
             assertEquals(List.of("50", "80", "30"), List.of(rows.get(0)[3], rows.get(0)[4], rows.get(0)[5]), out);
             for (int p = 1; p < PARTITIONS; p++) {
                 assertEquals(List.of("50", "50", "0"), List.of(rows.get(p)[3], rows.get(p)[4], rows.get(p)[5]), out);
-                assertTrue(rows.get(p)[6].startsWith("tool-1-"), "consumer id of a live member: " + out);
+                assertEquals("tool-1", rows.get(p)[8], "client id of a live member: " + out);
+                assertFalse(rows.get(p)[6].equals("-"), "consumer id of a live member: " + out);
             }
             String list = consumerGroupsTool(broker, "--list");
             assertTrue(list.lines().anyMatch(l -> l.trim().equals("tool")), list);
