@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use crate::assignor::{Assignment, Assignor, TopicInfo};
 use crate::error::GroupError as E;
+use crate::records::{ConsumerKey, ConsumerValue, CurrentValue, MemberValue};
 
 /// Member epoch of a request that joins (or rejoins) the group.
 pub const JOIN_EPOCH: i32 = 0;
@@ -127,6 +128,25 @@ pub enum MemberState {
     UnreleasedPartitions,
 }
 
+impl MemberState {
+    /// Kafka's stored value (`MemberState`).
+    fn code(self) -> i8 {
+        match self {
+            MemberState::Stable => 0,
+            MemberState::UnrevokedPartitions => 1,
+            MemberState::UnreleasedPartitions => 2,
+        }
+    }
+
+    fn from_code(code: i8) -> Self {
+        match code {
+            1 => MemberState::UnrevokedPartitions,
+            2 => MemberState::UnreleasedPartitions,
+            _ => MemberState::Stable,
+        }
+    }
+}
+
 /// The group's state as ConsumerGroupDescribe and ListGroups name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConsumerGroupState {
@@ -185,8 +205,9 @@ pub struct ConsumerGroup {
     target: HashMap<String, Assignment>,
     /// Static members: instance id -> member id.
     instances: HashMap<String, String>,
-    /// The subscribed topics' metadata the target was computed from.
-    subscribed: BTreeMap<String, TopicInfo>,
+    /// The subscribed topics' metadata the target was computed from; `None` after loading
+    /// (it is not stored), until the first heartbeat resolves it without starting a rebalance.
+    subscribed: Option<BTreeMap<String, TopicInfo>>,
     assignor: Assignor,
     state_since: i64,
 }
@@ -200,7 +221,7 @@ impl ConsumerGroup {
             members: BTreeMap::new(),
             target: HashMap::new(),
             instances: HashMap::new(),
-            subscribed: BTreeMap::new(),
+            subscribed: Some(BTreeMap::new()),
             assignor: cfg.assignors.first().copied().unwrap_or(Assignor::Uniform),
             state_since: now,
         }
@@ -236,8 +257,110 @@ impl ConsumerGroup {
     }
 
     /// Every topic some member subscribes to (by name or by regex), as last resolved.
-    pub fn subscribed_topics(&self) -> impl Iterator<Item = &str> {
-        self.subscribed.keys().map(String::as_str)
+    pub fn subscribed_topics(&self) -> Vec<String> {
+        match &self.subscribed {
+            Some(s) => s.keys().cloned().collect(),
+            // Not resolved since loading: every name a member subscribes to.
+            None => self.members.values().flat_map(|m| m.subscribed_topic_names.iter().cloned()).collect(),
+        }
+    }
+
+    /// Every record that stores the group as it is now (Kafka's ConsumerGroup* records).
+    pub fn stored(&self) -> BTreeMap<ConsumerKey, ConsumerValue> {
+        let mut out = BTreeMap::new();
+        out.insert(ConsumerKey::Metadata, ConsumerValue::Metadata { epoch: self.epoch });
+        out.insert(ConsumerKey::TargetMetadata, ConsumerValue::TargetMetadata { assignment_epoch: self.target_epoch });
+        for m in self.members.values() {
+            out.insert(
+                ConsumerKey::Member(m.id.clone()),
+                ConsumerValue::Member(MemberValue {
+                    instance_id: m.instance_id.clone(),
+                    rack_id: m.rack_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    subscribed_topic_names: m.subscribed_topic_names.iter().cloned().collect(),
+                    subscribed_topic_regex: m.subscribed_topic_regex.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    server_assignor: m.server_assignor.clone(),
+                }),
+            );
+            out.insert(
+                ConsumerKey::CurrentAssignment(m.id.clone()),
+                ConsumerValue::CurrentAssignment(CurrentValue {
+                    member_epoch: m.epoch,
+                    previous_member_epoch: m.previous_epoch,
+                    state: m.state.code(),
+                    assigned: m.assigned.clone(),
+                    pending_revocation: m.pending_revocation.clone(),
+                }),
+            );
+            if let Some(t) = self.target.get(&m.id) {
+                out.insert(ConsumerKey::TargetMember(m.id.clone()), ConsumerValue::TargetMember(t.clone()));
+            }
+        }
+        out
+    }
+
+    /// Rebuilds a group from its stored records (`None` without a group epoch record).
+    /// Members get a fresh session from `now`; one with partitions to revoke, a fresh rebalance
+    /// timeout.
+    pub fn restore(
+        id: &str,
+        records: &BTreeMap<ConsumerKey, ConsumerValue>,
+        cfg: &ConsumerConfig,
+        now: i64,
+    ) -> Option<Self> {
+        let Some(ConsumerValue::Metadata { epoch }) = records.get(&ConsumerKey::Metadata) else { return None };
+        let mut g = ConsumerGroup::new(id, cfg, now);
+        g.epoch = *epoch;
+        g.subscribed = None;
+        if let Some(ConsumerValue::TargetMetadata { assignment_epoch }) = records.get(&ConsumerKey::TargetMetadata) {
+            g.target_epoch = *assignment_epoch;
+        }
+        let session = now.saturating_add(i64::from(cfg.session_timeout_ms));
+        for (k, v) in records {
+            match (k, v) {
+                (ConsumerKey::Member(mid), ConsumerValue::Member(m)) => {
+                    let current = match records.get(&ConsumerKey::CurrentAssignment(mid.clone())) {
+                        Some(ConsumerValue::CurrentAssignment(c)) => c.clone(),
+                        _ => CurrentValue::default(),
+                    };
+                    let state = MemberState::from_code(current.state);
+                    if let Some(inst) = &m.instance_id {
+                        g.instances.insert(inst.clone(), mid.clone());
+                    }
+                    g.members.insert(
+                        mid.clone(),
+                        ConsumerMember {
+                            id: mid.clone(),
+                            instance_id: m.instance_id.clone(),
+                            rack_id: m.rack_id.clone(),
+                            client_id: m.client_id.clone(),
+                            client_host: m.client_host.clone(),
+                            subscribed_topic_names: m.subscribed_topic_names.iter().cloned().collect(),
+                            subscribed_topic_regex: m.subscribed_topic_regex.clone(),
+                            server_assignor: m.server_assignor.clone(),
+                            rebalance_timeout_ms: m.rebalance_timeout_ms,
+                            epoch: current.member_epoch,
+                            previous_epoch: current.previous_member_epoch,
+                            state,
+                            assigned: current.assigned,
+                            pending_revocation: current.pending_revocation,
+                            session_deadline: session,
+                            revocation_deadline: (state == MemberState::UnrevokedPartitions)
+                                .then(|| now.saturating_add(i64::from(m.rebalance_timeout_ms.max(0)))),
+                        },
+                    );
+                }
+                (ConsumerKey::TargetMember(mid), ConsumerValue::TargetMember(a)) => {
+                    g.target.insert(mid.clone(), a.clone());
+                }
+                _ => {}
+            }
+        }
+        g.target.retain(|m, _| g.members.contains_key(m));
+        g.assignor = g.preferred_assignor(cfg);
+        Some(g)
     }
 
     pub fn state(&self) -> ConsumerGroupState {
@@ -326,9 +449,11 @@ impl ConsumerGroup {
             self.state_since = now;
         }
         // What the others subscribe to can only shrink: resolve against what was subscribed.
-        let known = Catalog { topics: self.subscribed.clone(), internal: BTreeSet::new() };
-        self.refresh_subscriptions(&known);
-        self.compute_target(cfg);
+        // Right after loading that is unknown: the next heartbeat computes the target.
+        if let Some(known) = self.subscribed.clone() {
+            self.refresh_subscriptions(&Catalog { topics: known, internal: BTreeSet::new() });
+            self.compute_target(cfg);
+        }
     }
 
     fn join_or_heartbeat(
@@ -537,21 +662,28 @@ impl ConsumerGroup {
                 now.insert(name, t);
             }
         }
-        if now != self.subscribed {
-            self.subscribed = now;
-            true
-        } else {
-            false
+        match &self.subscribed {
+            // First resolution since loading: what the stored target was computed from.
+            None => {
+                self.subscribed = Some(now);
+                false
+            }
+            Some(s) if *s == now => false,
+            Some(_) => {
+                self.subscribed = Some(now);
+                true
+            }
         }
     }
 
     /// The target assignment for the current group epoch.
     fn compute_target(&mut self, cfg: &ConsumerConfig) {
         self.assignor = self.preferred_assignor(cfg);
-        let catalog = Catalog { topics: self.subscribed.clone(), internal: BTreeSet::new() };
+        let topics = self.subscribed.clone().unwrap_or_default();
+        let catalog = Catalog { topics, internal: BTreeSet::new() };
         let subs: BTreeMap<String, BTreeSet<String>> =
             self.members.values().map(|m| (m.id.clone(), resolve(m, &catalog).into_keys().collect())).collect();
-        self.target = self.assignor.assign(&subs, &self.subscribed, &self.target);
+        self.target = self.assignor.assign(&subs, &catalog.topics, &self.target);
         self.target_epoch = self.epoch;
     }
 

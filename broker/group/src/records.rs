@@ -1,12 +1,18 @@
 //! The records of `__consumer_offsets`, in Apache Kafka's own key and value schemas, so tools
 //! that read the topic (and a future Kafka-compatible reader) understand them.
 //!
-//! Keys start with an int16 version: 0 and 1 are `OffsetCommitKey` (group, topic, partition),
-//! 2 is `GroupMetadataKey` (group). Values start with their own version. Oxbow writes
-//! `OffsetCommitValue` v3 and `GroupMetadataValue` v3 and reads versions 0 to 3 of both (and
-//! the flexible v4 of offsets); a null value is a tombstone.
+//! Keys start with an int16 record type: 0 and 1 are `OffsetCommitKey` (group, topic, partition),
+//! 2 is `GroupMetadataKey` (group), 3 to 8 are the consumer group protocol's (KIP-848) records
+//! of a group, its members, its target assignment and its members' current assignments. Values
+//! start with their own version. Oxbow writes `OffsetCommitValue` v3 and `GroupMetadataValue` v3
+//! and reads versions 0 to 3 of both (and the flexible v4 of offsets); the consumer group
+//! records are Kafka 4's v0 (flexible: compact strings and arrays, tagged fields, which are
+//! skipped on read). A null value is a tombstone.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use uuid::Uuid;
+
+use crate::assignor::Assignment;
 
 /// A malformed or unknown record in `__consumer_offsets`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -26,14 +32,62 @@ type Result<T> = std::result::Result<T, RecordError>;
 /// The key of a `__consumer_offsets` record.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Key {
-    Offset { group: String, topic: String, partition: i32 },
-    Group { group: String },
+    Offset {
+        group: String,
+        topic: String,
+        partition: i32,
+    },
+    Group {
+        group: String,
+    },
+    /// One of a consumer protocol group's records (types 3 to 8).
+    Consumer {
+        group: String,
+        record: ConsumerKey,
+    },
+}
+
+/// Which consumer protocol group record a key names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ConsumerKey {
+    /// 3: the group epoch.
+    Metadata,
+    /// 4: subscribed topics' metadata (Kafka 4.0; read and ignored).
+    PartitionMetadata,
+    /// 5: a member's subscription and details.
+    Member(String),
+    /// 6: the target assignment's epoch.
+    TargetMetadata,
+    /// 7: a member's target assignment.
+    TargetMember(String),
+    /// 8: a member's epochs, state and current assignment.
+    CurrentAssignment(String),
+}
+
+impl ConsumerKey {
+    fn record_type(&self) -> i16 {
+        match self {
+            ConsumerKey::Metadata => 3,
+            ConsumerKey::PartitionMetadata => 4,
+            ConsumerKey::Member(_) => 5,
+            ConsumerKey::TargetMetadata => 6,
+            ConsumerKey::TargetMember(_) => 7,
+            ConsumerKey::CurrentAssignment(_) => 8,
+        }
+    }
+
+    fn member(&self) -> Option<&str> {
+        match self {
+            ConsumerKey::Member(m) | ConsumerKey::TargetMember(m) | ConsumerKey::CurrentAssignment(m) => Some(m),
+            _ => None,
+        }
+    }
 }
 
 impl Key {
     pub fn group(&self) -> &str {
         match self {
-            Key::Offset { group, .. } | Key::Group { group } => group,
+            Key::Offset { group, .. } | Key::Group { group } | Key::Consumer { group, .. } => group,
         }
     }
 
@@ -50,22 +104,49 @@ impl Key {
                 b.put_i16(2);
                 put_str(&mut b, group);
             }
+            Key::Consumer { group, record } => {
+                b.put_i16(record.record_type());
+                put_str(&mut b, group);
+                if let Some(m) = record.member() {
+                    put_str(&mut b, m);
+                }
+            }
         }
         b.freeze()
     }
 
-    /// Decodes a key. `Ok(None)`: a record type this coordinator does not use (KIP-848's
-    /// consumer group records, share groups), skipped when loading.
+    /// Decodes a key. `Ok(None)`: a record type this coordinator does not use (regular
+    /// expression resolutions, share and streams groups), skipped when loading.
     pub fn decode(mut b: &[u8]) -> Result<Option<Key>> {
         let version = get_i16(&mut b)?;
-        Ok(match version {
+        let consumer = |record: ConsumerKey| Ok(Some(Key::Consumer { group: String::new(), record }));
+        let key: Result<Option<Key>> = match version {
             0 | 1 => {
-                Some(Key::Offset { group: get_str(&mut b)?, topic: get_str(&mut b)?, partition: get_i32(&mut b)? })
+                return Ok(Some(Key::Offset {
+                    group: get_str(&mut b)?,
+                    topic: get_str(&mut b)?,
+                    partition: get_i32(&mut b)?,
+                }));
             }
-            2 => Some(Key::Group { group: get_str(&mut b)? }),
-            v if v > 2 => None,
+            2 => return Ok(Some(Key::Group { group: get_str(&mut b)? })),
+            3 => consumer(ConsumerKey::Metadata),
+            4 => consumer(ConsumerKey::PartitionMetadata),
+            5 => consumer(ConsumerKey::Member(String::new())),
+            6 => consumer(ConsumerKey::TargetMetadata),
+            7 => consumer(ConsumerKey::TargetMember(String::new())),
+            8 => consumer(ConsumerKey::CurrentAssignment(String::new())),
+            v if v > 8 => return Ok(None),
             v => return Err(RecordError::UnknownVersion { what: "key", version: v }),
-        })
+        };
+        let Some(Key::Consumer { record, .. }) = key? else { return Ok(None) };
+        let group = get_str(&mut b)?;
+        let record = match record {
+            ConsumerKey::Member(_) => ConsumerKey::Member(get_str(&mut b)?),
+            ConsumerKey::TargetMember(_) => ConsumerKey::TargetMember(get_str(&mut b)?),
+            ConsumerKey::CurrentAssignment(_) => ConsumerKey::CurrentAssignment(get_str(&mut b)?),
+            other => other,
+        };
+        Ok(Some(Key::Consumer { group, record }))
     }
 }
 
@@ -194,6 +275,169 @@ impl GroupValue {
     }
 }
 
+/// A consumer protocol member as stored (`ConsumerGroupMemberMetadataValue`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MemberValue {
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub server_assignor: Option<String>,
+}
+
+/// A member's place in its reconciliation (`ConsumerGroupCurrentMemberAssignmentValue`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CurrentValue {
+    pub member_epoch: i32,
+    pub previous_member_epoch: i32,
+    /// Kafka's `MemberState`: 0 stable, 1 unrevoked partitions, 2 unreleased partitions.
+    pub state: i8,
+    pub assigned: Assignment,
+    pub pending_revocation: Assignment,
+}
+
+/// The value of a consumer protocol group record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsumerValue {
+    /// `ConsumerGroupMetadataValue`: the group epoch.
+    Metadata {
+        epoch: i32,
+    },
+    /// `ConsumerGroupPartitionMetadataValue`: not used by Oxbow (its content is not decoded).
+    PartitionMetadata,
+    Member(MemberValue),
+    /// `ConsumerGroupTargetAssignmentMetadataValue`.
+    TargetMetadata {
+        assignment_epoch: i32,
+    },
+    /// `ConsumerGroupTargetAssignmentMemberValue`.
+    TargetMember(Assignment),
+    CurrentAssignment(CurrentValue),
+}
+
+impl ConsumerValue {
+    /// Version 0 of the value, flexible encoding, no tagged fields.
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_i16(0);
+        match self {
+            ConsumerValue::Metadata { epoch } => b.put_i32(*epoch),
+            ConsumerValue::PartitionMetadata => put_uvarint(&mut b, 1),
+            ConsumerValue::Member(m) => {
+                put_compact_nullable_str(&mut b, m.instance_id.as_deref());
+                put_compact_nullable_str(&mut b, m.rack_id.as_deref());
+                put_compact_str(&mut b, &m.client_id);
+                put_compact_str(&mut b, &m.client_host);
+                put_uvarint(&mut b, m.subscribed_topic_names.len() as u64 + 1);
+                for n in &m.subscribed_topic_names {
+                    put_compact_str(&mut b, n);
+                }
+                put_compact_nullable_str(&mut b, m.subscribed_topic_regex.as_deref());
+                b.put_i32(m.rebalance_timeout_ms);
+                put_compact_nullable_str(&mut b, m.server_assignor.as_deref());
+            }
+            ConsumerValue::TargetMetadata { assignment_epoch } => b.put_i32(*assignment_epoch),
+            ConsumerValue::TargetMember(a) => put_assignment(&mut b, a),
+            ConsumerValue::CurrentAssignment(c) => {
+                b.put_i32(c.member_epoch);
+                b.put_i32(c.previous_member_epoch);
+                b.put_i8(c.state);
+                put_assignment(&mut b, &c.assigned);
+                put_assignment(&mut b, &c.pending_revocation);
+            }
+        }
+        // The value's tagged fields: none.
+        put_uvarint(&mut b, 0);
+        b.freeze()
+    }
+
+    /// Decodes the value of a record of type `key`.
+    pub fn decode(key: &ConsumerKey, mut b: &[u8]) -> Result<ConsumerValue> {
+        let version = get_i16(&mut b)?;
+        if version != 0 {
+            return Err(RecordError::UnknownVersion { what: "consumer group record", version });
+        }
+        let v = match key {
+            ConsumerKey::Metadata => ConsumerValue::Metadata { epoch: get_i32(&mut b)? },
+            ConsumerKey::PartitionMetadata => return Ok(ConsumerValue::PartitionMetadata),
+            ConsumerKey::Member(_) => {
+                let instance_id = get_compact_nullable_str(&mut b)?;
+                let rack_id = get_compact_nullable_str(&mut b)?;
+                let client_id = get_compact_str(&mut b)?;
+                let client_host = get_compact_str(&mut b)?;
+                let n = get_compact_len(&mut b)?;
+                let mut subscribed_topic_names = Vec::with_capacity(n.min(b.len()));
+                for _ in 0..n {
+                    subscribed_topic_names.push(get_compact_str(&mut b)?);
+                }
+                ConsumerValue::Member(MemberValue {
+                    instance_id,
+                    rack_id,
+                    client_id,
+                    client_host,
+                    subscribed_topic_names,
+                    subscribed_topic_regex: get_compact_nullable_str(&mut b)?,
+                    rebalance_timeout_ms: get_i32(&mut b)?,
+                    server_assignor: get_compact_nullable_str(&mut b)?,
+                })
+            }
+            ConsumerKey::TargetMetadata => ConsumerValue::TargetMetadata { assignment_epoch: get_i32(&mut b)? },
+            ConsumerKey::TargetMember(_) => ConsumerValue::TargetMember(get_assignment(&mut b)?),
+            ConsumerKey::CurrentAssignment(_) => {
+                let member_epoch = get_i32(&mut b)?;
+                let previous_member_epoch = get_i32(&mut b)?;
+                need(b, 1)?;
+                let state = b.get_i8();
+                ConsumerValue::CurrentAssignment(CurrentValue {
+                    member_epoch,
+                    previous_member_epoch,
+                    state,
+                    assigned: get_assignment(&mut b)?,
+                    pending_revocation: get_assignment(&mut b)?,
+                })
+            }
+        };
+        skip_tagged(&mut b)?;
+        Ok(v)
+    }
+}
+
+/// `[TopicId uuid, Partitions []int32]`, compact, each element with (empty) tagged fields.
+fn put_assignment(b: &mut BytesMut, a: &Assignment) {
+    put_uvarint(b, a.len() as u64 + 1);
+    for (topic, ps) in a {
+        b.put_slice(topic.as_bytes());
+        put_uvarint(b, ps.len() as u64 + 1);
+        for p in ps {
+            b.put_i32(*p);
+        }
+        put_uvarint(b, 0);
+    }
+}
+
+fn get_assignment(b: &mut &[u8]) -> Result<Assignment> {
+    let n = get_compact_len(b)?;
+    let mut a = Assignment::new();
+    for _ in 0..n {
+        need(b, 16)?;
+        let topic = Uuid::from_slice(&b[..16]).map_err(|_| RecordError::Truncated)?;
+        b.advance(16);
+        let k = get_compact_len(b)?;
+        let mut ps = std::collections::BTreeSet::new();
+        for _ in 0..k {
+            ps.insert(get_i32(b)?);
+        }
+        skip_tagged(b)?;
+        if !ps.is_empty() {
+            a.entry(topic).or_default().extend(ps);
+        }
+    }
+    Ok(a)
+}
+
 /// The topics in a consumer's subscription (`ConsumerProtocolSubscription`, any version: the
 /// topic list comes first in all of them). `None` when the bytes are not one.
 pub fn subscribed_topics(mut b: &[u8]) -> Option<Vec<String>> {
@@ -279,11 +523,57 @@ fn get_uvarint(b: &mut &[u8]) -> Result<u64> {
 }
 
 fn get_compact_str(b: &mut &[u8]) -> Result<String> {
+    Ok(get_compact_nullable_str(b)?.unwrap_or_default())
+}
+
+fn get_compact_nullable_str(b: &mut &[u8]) -> Result<Option<String>> {
     let n = get_uvarint(b)?;
     if n == 0 {
-        return Ok(String::new());
+        return Ok(None);
     }
-    take_utf8(b, usize::try_from(n - 1).map_err(|_| RecordError::Truncated)?)
+    take_utf8(b, usize::try_from(n - 1).map_err(|_| RecordError::Truncated)?).map(Some)
+}
+
+/// A compact array's length (null counts as empty), bounded by what is left to read.
+fn get_compact_len(b: &mut &[u8]) -> Result<usize> {
+    let n = get_uvarint(b)?;
+    let n = usize::try_from(n.saturating_sub(1)).map_err(|_| RecordError::Truncated)?;
+    if n > b.len() {
+        return Err(RecordError::Truncated);
+    }
+    Ok(n)
+}
+
+/// Skips a tagged-field section (fields this reader does not know).
+fn skip_tagged(b: &mut &[u8]) -> Result<()> {
+    let n = get_uvarint(b)?;
+    for _ in 0..n {
+        let _tag = get_uvarint(b)?;
+        let size = usize::try_from(get_uvarint(b)?).map_err(|_| RecordError::Truncated)?;
+        need(b, size)?;
+        b.advance(size);
+    }
+    Ok(())
+}
+
+fn put_uvarint(b: &mut BytesMut, mut v: u64) {
+    while v >= 0x80 {
+        b.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    b.put_u8(v as u8);
+}
+
+fn put_compact_str(b: &mut BytesMut, s: &str) {
+    put_uvarint(b, s.len() as u64 + 1);
+    b.put_slice(s.as_bytes());
+}
+
+fn put_compact_nullable_str(b: &mut BytesMut, s: Option<&str>) {
+    match s {
+        Some(s) => put_compact_str(b, s),
+        None => put_uvarint(b, 0),
+    }
 }
 
 fn get_bytes(b: &mut &[u8]) -> Result<Bytes> {
@@ -311,7 +601,7 @@ mod tests {
         // Kafka's bytes: version 2, then the string.
         assert_eq!(&k.encode()[..], &[0, 2, 0, 3, b'g', b'r', b'p']);
         assert_eq!(Key::decode(&k.encode()).unwrap(), Some(k));
-        assert_eq!(Key::decode(&[0, 3, 0, 0]).unwrap(), None);
+        assert_eq!(Key::decode(&[0, 9, 0, 0]).unwrap(), None);
         assert_eq!(Key::decode(&[0]), Err(RecordError::Truncated));
     }
 
@@ -357,6 +647,59 @@ mod tests {
         };
         assert_eq!(GroupValue::decode(&v.encode()).unwrap(), v);
         assert!(GroupValue::decode(&v.encode()[..20]).is_err());
+    }
+
+    #[test]
+    fn consumer_group_records() {
+        let t = Uuid::from_u128(0xabc);
+        let key = Key::Consumer { group: "g".into(), record: ConsumerKey::CurrentAssignment("m1".into()) };
+        // Kafka's bytes: type 8, then group and member as int16-length strings.
+        assert_eq!(&key.encode()[..], &[0, 8, 0, 1, b'g', 0, 2, b'm', b'1']);
+        assert_eq!(Key::decode(&key.encode()).unwrap(), Some(key));
+        for record in [ConsumerKey::Metadata, ConsumerKey::TargetMetadata, ConsumerKey::Member("x".into())] {
+            let k = Key::Consumer { group: "grp".into(), record };
+            assert_eq!(Key::decode(&k.encode()).unwrap(), Some(k));
+        }
+        assert_eq!(Key::decode(&[0, 16, 0, 1, b'g']).unwrap(), None);
+        let a: Assignment = [(t, [0, 3].into_iter().collect())].into_iter().collect();
+        let values = [
+            (ConsumerKey::Metadata, ConsumerValue::Metadata { epoch: 7 }),
+            (ConsumerKey::TargetMetadata, ConsumerValue::TargetMetadata { assignment_epoch: 7 }),
+            (ConsumerKey::TargetMember("m".into()), ConsumerValue::TargetMember(a.clone())),
+            (
+                ConsumerKey::CurrentAssignment("m".into()),
+                ConsumerValue::CurrentAssignment(CurrentValue {
+                    member_epoch: 7,
+                    previous_member_epoch: 6,
+                    state: 1,
+                    assigned: a.clone(),
+                    pending_revocation: Assignment::new(),
+                }),
+            ),
+            (
+                ConsumerKey::Member("m".into()),
+                ConsumerValue::Member(MemberValue {
+                    instance_id: Some("i".into()),
+                    rack_id: None,
+                    client_id: "c".into(),
+                    client_host: "/127.0.0.1".into(),
+                    subscribed_topic_names: vec!["t1".into(), "t2".into()],
+                    subscribed_topic_regex: None,
+                    rebalance_timeout_ms: 300_000,
+                    server_assignor: Some("uniform".into()),
+                }),
+            ),
+        ];
+        for (k, v) in values {
+            assert_eq!(ConsumerValue::decode(&k, &v.encode()).unwrap(), v);
+        }
+        // ConsumerGroupMetadataValue with Kafka 4.1's tagged MetadataHash (tag 0, int64).
+        let with_tag = [0, 0, 0, 0, 0, 9, 1, 0, 8, 0, 0, 0, 0, 0, 0, 0, 42];
+        assert_eq!(
+            ConsumerValue::decode(&ConsumerKey::Metadata, &with_tag).unwrap(),
+            ConsumerValue::Metadata { epoch: 9 }
+        );
+        assert!(ConsumerValue::decode(&ConsumerKey::TargetMember("m".into()), &[0, 0, 5]).is_err());
     }
 
     #[test]

@@ -9,13 +9,14 @@ use crate::error::GroupError as E;
 
 use crate::classic::{ClassicGroup, GroupConfig, GroupState, JoinRequest, JoinResponse, Out, SyncRequest, Ticket};
 use crate::consumer::{Catalog, ConsumerConfig, ConsumerGroup, Expired, HeartbeatRequest, HeartbeatResponse};
-use crate::records::{GroupValue, Key, OffsetValue, RecordError, subscribed_topics};
+use crate::records::{ConsumerKey, ConsumerValue, GroupValue, Key, OffsetValue, RecordError, subscribed_topics};
 
 /// One record to append to the shard's partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Write {
     Offset { group: String, topic: String, partition: i32, value: Option<OffsetValue> },
     Group { group: String, value: Option<GroupValue> },
+    Consumer { group: String, record: ConsumerKey, value: Option<ConsumerValue> },
 }
 
 impl Write {
@@ -25,6 +26,7 @@ impl Write {
                 Key::Offset { group: group.clone(), topic: topic.clone(), partition: *partition }
             }
             Write::Group { group, .. } => Key::Group { group: group.clone() },
+            Write::Consumer { group, record, .. } => Key::Consumer { group: group.clone(), record: record.clone() },
         }
     }
 
@@ -33,6 +35,7 @@ impl Write {
         match self {
             Write::Offset { value, .. } => value.as_ref().map(OffsetValue::encode),
             Write::Group { value, .. } => value.as_ref().map(GroupValue::encode),
+            Write::Consumer { value, .. } => value.as_ref().map(ConsumerValue::encode),
         }
     }
 }
@@ -71,6 +74,10 @@ pub struct Shard {
     offsets: HashMap<String, BTreeMap<(String, i32), OffsetValue>>,
     /// Stored group values seen while loading, turned into groups by [`Shard::finish_load`].
     loading: HashMap<String, Option<GroupValue>>,
+    /// Consumer protocol group records seen while loading (tombstones remove).
+    loading_consumer: HashMap<String, BTreeMap<ConsumerKey, ConsumerValue>>,
+    /// Records the shard's last operations want written; see [`Shard::take_writes`].
+    pending: Vec<Write>,
     cfg: GroupConfig,
     consumer_cfg: ConsumerConfig,
     offset_cfg: OffsetConfig,
@@ -100,6 +107,18 @@ impl Shard {
                 let value = value.map(GroupValue::decode).transpose()?;
                 self.loading.insert(group, value);
             }
+            Key::Consumer { group, record } => {
+                let records = self.loading_consumer.entry(group).or_default();
+                match value {
+                    Some(v) => {
+                        let v = ConsumerValue::decode(&record, v)?;
+                        records.insert(record, v);
+                    }
+                    None => {
+                        records.remove(&record);
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -117,8 +136,14 @@ impl Shard {
                 }
             }
         }
+        for (id, records) in std::mem::take(&mut self.loading_consumer) {
+            if let Some(g) = ConsumerGroup::restore(&id, &records, &self.consumer_cfg, now) {
+                self.groups.remove(&id);
+                self.consumer.insert(id, g);
+            }
+        }
         for id in self.offsets.keys() {
-            if !self.groups.contains_key(id) {
+            if !self.groups.contains_key(id) && !self.consumer.contains_key(id) {
                 self.groups.insert(id.clone(), ClassicGroup::new(id, self.cfg, now));
             }
         }
@@ -131,8 +156,8 @@ impl Shard {
                 Write::Offset { group, topic, partition, value } => {
                     self.apply_offset(group.clone(), topic.clone(), *partition, value.clone());
                 }
-                // Group state lives in the group itself; its record is only for reloading.
-                Write::Group { .. } => {}
+                // Group state lives in the group itself; its records are only for reloading.
+                Write::Group { .. } | Write::Consumer { .. } => {}
             }
         }
     }
@@ -186,6 +211,8 @@ impl Shard {
             if c.has_members() {
                 return fail(E::InconsistentGroupProtocol);
             }
+            let gone = consumer_writes(group, &c.stored(), &BTreeMap::new());
+            self.pending.extend(gone);
             self.consumer.remove(group);
         }
         if !self.groups.contains_key(group) {
@@ -272,7 +299,7 @@ impl Shard {
     /// the group's members are subscribed to cannot be deleted while it has members.
     pub fn delete_offsets(&self, group: &str, partitions: &[(String, i32)]) -> Result<(Vec<E>, Vec<Write>), E> {
         let subscribed: Vec<String> = if let Some(c) = self.consumer.get(group) {
-            c.subscribed_topics().map(str::to_string).collect()
+            c.subscribed_topics()
         } else {
             self.classic_subscriptions(group)?
         };
@@ -305,10 +332,12 @@ impl Shard {
 
     /// DeleteGroups for one group: the tombstones to write (offsets, then the group).
     pub fn delete_group(&self, group: &str) -> Result<Vec<Write>, E> {
+        let mut stored = Vec::new();
         if let Some(c) = self.consumer.get(group) {
             if c.has_members() {
                 return Err(E::NonEmptyGroup);
             }
+            stored = consumer_writes(group, &c.stored(), &BTreeMap::new());
         } else {
             let g = self.groups.get(group).ok_or(E::GroupIdNotFound)?;
             match g.state() {
@@ -321,7 +350,10 @@ impl Shard {
             .offsets(group)
             .map(|((t, p), _)| Write::Offset { group: group.into(), topic: t.clone(), partition: *p, value: None })
             .collect();
-        writes.push(Write::Group { group: group.into(), value: None });
+        if stored.is_empty() {
+            writes.push(Write::Group { group: group.into(), value: None });
+        }
+        writes.extend(stored);
         Ok(writes)
     }
 
@@ -368,7 +400,9 @@ impl Shard {
         let mut expired = Vec::new();
         for c in self.consumer.values_mut() {
             if c.next_deadline().is_some_and(|d| d <= now) {
+                let before = c.stored();
                 expired.extend(c.tick(&self.consumer_cfg, now).into_iter().map(|e| (c.id().to_string(), e)));
+                self.pending.extend(consumer_writes(c.id(), &before, &c.stored()));
             }
         }
         (out, expired)
@@ -402,13 +436,48 @@ impl Shard {
                     format!("Member {} is not a member of group {group}.", req.member_id),
                 );
             }
-            self.groups.remove(group);
+            if self.groups.remove(group).is_some() {
+                // The empty classic group's stored state goes; its offsets stay.
+                self.pending.push(Write::Group { group: group.into(), value: None });
+            }
             self.consumer.insert(group.to_string(), ConsumerGroup::new(group, &self.consumer_cfg, now));
         }
-        match self.consumer.get_mut(group) {
-            Some(c) => c.heartbeat(req, &self.consumer_cfg, catalog, now),
-            None => HeartbeatResponse::error(E::UnknownServerError, "group vanished"),
+        let Some(c) = self.consumer.get_mut(group) else {
+            return HeartbeatResponse::error(E::UnknownServerError, "group vanished");
+        };
+        let before = c.stored();
+        let r = c.heartbeat(req, &self.consumer_cfg, catalog, now);
+        self.pending.extend(consumer_writes(group, &before, &c.stored()));
+        r
+    }
+
+    /// The records the last operations want written (consumer protocol group changes,
+    /// tombstones of a group that changed protocol). The runtime appends them, then answers.
+    pub fn take_writes(&mut self) -> Vec<Write> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// A copy of everything `group` is, to put back with [`Shard::undo`] if the records of a
+    /// change cannot be written.
+    pub fn snapshot(&self, group: &str) -> Undo {
+        Undo {
+            group: group.to_string(),
+            classic: self.groups.get(group).cloned(),
+            consumer: self.consumer.get(group).cloned(),
         }
+    }
+
+    /// Puts a group back as [`Shard::snapshot`] saw it and drops the unwritten records.
+    pub fn undo(&mut self, u: Undo) {
+        self.pending.clear();
+        match u.classic {
+            Some(g) => self.groups.insert(u.group.clone(), g),
+            None => self.groups.remove(&u.group),
+        };
+        match u.consumer {
+            Some(g) => self.consumer.insert(u.group, g),
+            None => self.consumer.remove(&u.group),
+        };
     }
 
     pub fn consumer_group(&self, id: &str) -> Option<&ConsumerGroup> {
@@ -467,12 +536,12 @@ impl Shard {
         }
         for (id, c) in &self.consumer {
             let empty = !c.has_members();
-            let subscribed: Vec<&str> = c.subscribed_topics().collect();
+            let subscribed = c.subscribed_topics();
             let mut left = 0;
             for ((t, p), v) in self.offsets.get(id).into_iter().flatten() {
                 let base = if empty {
                     c.state_since()
-                } else if !subscribed.contains(&t.as_str()) {
+                } else if !subscribed.contains(t) {
                     v.commit_timestamp
                 } else {
                     left += 1;
@@ -485,11 +554,41 @@ impl Shard {
                 }
             }
             if empty && left == 0 {
+                writes.extend(consumer_writes(id, &c.stored(), &BTreeMap::new()));
                 groups_gone.push(id.clone());
             }
         }
         (writes, groups_gone)
     }
+}
+
+/// A group as it was before a change; see [`Shard::snapshot`].
+#[derive(Debug, Clone)]
+pub struct Undo {
+    group: String,
+    classic: Option<ClassicGroup>,
+    consumer: Option<ConsumerGroup>,
+}
+
+/// The records that turn a consumer group's stored state `before` into `after`: changed
+/// values, then tombstones (a member's current assignment, target and metadata, in that order,
+/// as Kafka removes a member).
+fn consumer_writes(
+    group: &str,
+    before: &BTreeMap<ConsumerKey, ConsumerValue>,
+    after: &BTreeMap<ConsumerKey, ConsumerValue>,
+) -> Vec<Write> {
+    let mut out: Vec<Write> = after
+        .iter()
+        .filter(|(k, v)| before.get(*k) != Some(*v))
+        .map(|(k, v)| Write::Consumer { group: group.into(), record: k.clone(), value: Some(v.clone()) })
+        .collect();
+    out.extend(before.keys().rev().filter(|k| !after.contains_key(*k)).map(|k| Write::Consumer {
+        group: group.into(),
+        record: k.clone(),
+        value: None,
+    }));
+    out
 }
 
 /// The `__consumer_offsets` partition that coordinates `group`: Kafka's
@@ -516,6 +615,102 @@ mod tests {
         assert_eq!(partition_for("é-group", 7), 3);
         // "polygenelubricants".hashCode() == Integer.MIN_VALUE: Kafka's abs maps it to 0.
         assert_eq!(partition_for("polygenelubricants", 50), 0);
+    }
+
+    /// Replays writes into a fresh shard, as a new coordinator loads the partition.
+    fn reload(writes: &[Write], now: i64) -> Shard {
+        let mut s = Shard::new(GroupConfig::default(), OffsetConfig::default());
+        for w in writes {
+            s.replay(&w.key().encode(), w.value().as_deref()).unwrap();
+        }
+        s.finish_load(now);
+        s
+    }
+
+    #[test]
+    fn consumer_groups_are_stored_and_reloaded_without_a_rebalance() {
+        use crate::assignor::TopicInfo;
+        use crate::consumer::{Catalog, HeartbeatRequest};
+        let topic = uuid::Uuid::from_u128(5);
+        let catalog = Catalog {
+            topics: [("t".to_string(), TopicInfo { id: topic, partitions: 4 })].into_iter().collect(),
+            internal: Default::default(),
+        };
+        let join = |m: &str| HeartbeatRequest {
+            member_id: m.into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            owned: Some(Default::default()),
+            ..Default::default()
+        };
+        let beat = |m: &str, epoch: i32, owned: Option<crate::assignor::Assignment>| HeartbeatRequest {
+            member_id: m.into(),
+            member_epoch: epoch,
+            rebalance_timeout_ms: -1,
+            owned,
+            ..Default::default()
+        };
+        let mut s = Shard::new(GroupConfig::default(), OffsetConfig::default());
+        // An empty classic group (offsets only) becomes a consumer group: its record goes.
+        s.validate_commit("g", "", None, -1, 9, 0).unwrap();
+        let mut log = Vec::new();
+        let a = s.consumer_heartbeat("g", &join("a"), &catalog, 0);
+        log.extend(s.take_writes());
+        assert!(log.contains(&Write::Group { group: "g".into(), value: None }));
+        s.consumer_heartbeat("g", &join("b"), &catalog, 0);
+        log.extend(s.take_writes());
+        let r = s.consumer_heartbeat("g", &beat("a", 1, a.assignment.clone()), &catalog, 0);
+        log.extend(s.take_writes());
+        let kept = r.assignment.unwrap();
+        s.consumer_heartbeat("g", &beat("a", 1, Some(kept.clone())), &catalog, 0);
+        log.extend(s.take_writes());
+        let rb = s.consumer_heartbeat("g", &beat("b", 2, Some(Default::default())), &catalog, 0);
+        log.extend(s.take_writes());
+        let before = s.consumer_group("g").unwrap().clone();
+        assert_eq!(before.state(), crate::consumer::ConsumerGroupState::Stable);
+        // A steady heartbeat writes nothing.
+        s.consumer_heartbeat("g", &beat("b", 2, None), &catalog, 0);
+        assert!(s.take_writes().is_empty());
+
+        let mut t = reload(&log, 100);
+        let g = t.consumer_group("g").unwrap();
+        assert_eq!((g.epoch(), g.target_epoch()), (before.epoch(), before.target_epoch()));
+        assert_eq!(g.member("a").unwrap().assigned, kept);
+        assert_eq!(g.member("b").unwrap().assigned, rb.assignment.unwrap());
+        assert_eq!(t.list()[0].group_type, "consumer");
+        // Members carry on at their epochs: no new group epoch, no rebalance.
+        let r = t.consumer_heartbeat("g", &beat("a", 2, None), &catalog, 200);
+        assert_eq!((r.error, r.member_epoch, r.assignment), (E::None, 2, None));
+        assert_eq!(t.consumer_group("g").unwrap().epoch(), before.epoch());
+        // Leaving: the member's records become tombstones; a reload no longer has it.
+        t.consumer_heartbeat("g", &beat("b", 2, None).clone_with_epoch(-1), &catalog, 300);
+        let w = t.take_writes();
+        assert!(
+            w.iter()
+                .any(|x| matches!(x, Write::Consumer { record: ConsumerKey::Member(m), value: None, .. } if m == "b"))
+        );
+        log.extend(w);
+        let u = reload(&log, 400);
+        assert!(u.consumer_group("g").unwrap().member("b").is_none());
+        // Deleting the empty group tombstones all of it.
+        let mut v = reload(&log, 400);
+        v.consumer_heartbeat("g", &beat("a", 3, None).clone_with_epoch(-1), &catalog, 500);
+        log.extend(v.take_writes());
+        log.extend(v.delete_group("g").unwrap());
+        assert!(reload(&log, 600).list().is_empty());
+    }
+
+    trait Epoch {
+        fn clone_with_epoch(&self, e: i32) -> Self;
+    }
+
+    impl Epoch for crate::consumer::HeartbeatRequest {
+        fn clone_with_epoch(&self, e: i32) -> Self {
+            let mut r = self.clone();
+            r.member_epoch = e;
+            r
+        }
     }
 
     #[test]

@@ -319,8 +319,15 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Delivers what the state machine returned, storing groups on the way.
+    /// Delivers what the state machine returned, storing groups on the way (first the records
+    /// the shard asked for: consumer group changes from timers, a group changing protocol).
     async fn run(&self, broker: &Broker, slot: &Slot, st: &mut SlotState, outs: Vec<Out>) {
+        let writes = st.shard.take_writes();
+        if let Err(e) = self.append(broker, slot, &writes).await {
+            // Appends fail when this broker stops leading the partition (or its log is
+            // offline): the shard is then reloaded from the log, which has the state before.
+            tracing::warn!(partition = slot.index, records = writes.len(), error = ?e, "storing group changes failed");
+        }
         let mut queue: VecDeque<Out> = outs.into();
         while let Some(o) = queue.pop_front() {
             match o {
@@ -557,14 +564,27 @@ impl Coordinator {
         }))
     }
 
-    /// ConsumerGroupHeartbeat (KIP-848). Nothing is written: consumer protocol groups live
-    /// in memory (their committed offsets are stored as any group's); after a coordinator
-    /// move their members are answered UNKNOWN_MEMBER_ID and rejoin.
+    /// ConsumerGroupHeartbeat (KIP-848). What changed is written as Kafka's consumer group
+    /// records before the answer; if they cannot be written the group is put back as it was
+    /// and the member gets the error.
     pub async fn consumer_heartbeat(&self, broker: &Broker, group: &str, req: HeartbeatRequest) -> HeartbeatResponse {
         let catalog = self.catalog(broker);
+        let failed = |e: GroupError| HeartbeatResponse { message: None, ..HeartbeatResponse::error(e, "") };
         let r = match self.locked(broker, group).await {
-            Ok((_, mut st)) => st.shard.consumer_heartbeat(group, &req, &catalog, now_ms()),
-            Err(e) => HeartbeatResponse { message: None, ..HeartbeatResponse::error(e, "") },
+            Ok((slot, mut st)) => {
+                let undo = st.shard.snapshot(group);
+                let r = st.shard.consumer_heartbeat(group, &req, &catalog, now_ms());
+                let writes = st.shard.take_writes();
+                match self.append(broker, &slot, &writes).await {
+                    Ok(()) => r,
+                    Err(e) => {
+                        tracing::warn!(group, error = ?e, "storing the consumer group failed");
+                        st.shard.undo(undo);
+                        failed(e)
+                    }
+                }
+            }
+            Err(e) => failed(e),
         };
         self.wake.notify_one();
         r

@@ -57,13 +57,13 @@ class ConsumerGroupTest {
         return "range";
     }
 
-    private static void createTopic(OxbowBroker broker, String topic) throws Exception {
+    static void createTopic(OxbowBroker broker, String topic) throws Exception {
         try (Admin admin = broker.admin()) {
             Kit.createTopic(admin, topic, PARTITIONS);
         }
     }
 
-    private static ConsumerGroupDescription describe(OxbowBroker broker, String group) throws Exception {
+    static ConsumerGroupDescription describe(OxbowBroker broker, String group) throws Exception {
         try (Admin admin = broker.admin()) {
             return get(admin.describeConsumerGroups(List.of(group)).all()).get(group);
         }
@@ -74,7 +74,7 @@ class ConsumerGroupTest {
      * member learns a new epoch at its next heartbeat, so the group may be Reconciling for a moment
      * after every member already owns its final partitions.
      */
-    private static ConsumerGroupDescription awaitStable(OxbowBroker broker, String group, int members)
+    static ConsumerGroupDescription awaitStable(OxbowBroker broker, String group, int members)
             throws Exception {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
         ConsumerGroupDescription d = describe(broker, group);
@@ -88,13 +88,13 @@ class ConsumerGroupTest {
         return d;
     }
 
-    private static void closeAll(List<Member> members) throws Exception {
+    static void closeAll(List<Member> members) throws Exception {
         for (Member m : members) {
             m.close();
         }
     }
 
-    private static void produce(OxbowBroker broker, String topic, int perPartition, int from) throws Exception {
+    static void produce(OxbowBroker broker, String topic, int perPartition, int from) throws Exception {
         try (KafkaProducer<byte[], byte[]> p = broker.producer(Map.of())) {
             for (int i = from; i < from + perPartition; i++) {
                 for (int part = 0; part < PARTITIONS; part++) {
@@ -105,7 +105,7 @@ class ConsumerGroupTest {
         }
     }
 
-    private Member member(OxbowBroker b, String name, String group, String topic, String... extra) throws Exception {
+    Member member(OxbowBroker b, String name, String group, String topic, String... extra) throws Exception {
         List<String> args = new ArrayList<>(
                 List.of("group=" + group, "topic=" + topic, "session=" + SESSION_MS, "protocol=" + protocol()));
         args.addAll(List.of(extra));
@@ -119,7 +119,7 @@ class ConsumerGroupTest {
      * has its own epoch and a member whose partitions did not change is not told of a new one, so
      * epochs are not compared.
      */
-    private void awaitAssignment(List<Member> members, int... sizes) throws InterruptedException {
+    void awaitAssignment(List<Member> members, int... sizes) throws InterruptedException {
         List<Integer> want = new ArrayList<>();
         for (int s : sizes) {
             want.add(s);
@@ -188,7 +188,7 @@ class ConsumerGroupTest {
     }
 
     /** Offsets each member consumed per partition, from RECORD lines. */
-    private static Map<Integer, List<Long>> consumed(Collection<Member> ms) {
+    static Map<Integer, List<Long>> consumed(Collection<Member> ms) {
         Map<Integer, List<Long>> out = new TreeMap<>();
         for (Member m : ms) {
             for (String l : m.lines()) {
@@ -201,7 +201,7 @@ class ConsumerGroupTest {
         return out;
     }
 
-    private static void awaitConsumed(List<Member> ms, int total) throws InterruptedException {
+    static void awaitConsumed(List<Member> ms, int total) throws InterruptedException {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(90);
         while (consumed(ms).values().stream().mapToInt(List::size).sum() < total) {
             if (System.nanoTime() > deadline) {

@@ -1,5 +1,16 @@
 package io.oxbow.compat;
 
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Set;
+import org.junit.jupiter.api.Test;
+
 /**
  * {@link ConsumerGroupTest}'s tests with {@code group.protocol=consumer} (KIP-848): the broker
  * assigns partitions (its default assignor, {@code uniform}) and hands them over member by member,
@@ -20,5 +31,35 @@ class ConsumerProtocolGroupTest extends ConsumerGroupTest {
     @Override
     String defaultAssignor() {
         return "uniform";
+    }
+
+    /**
+     * The group's state is stored in __consumer_offsets (Kafka's consumer group records): after a
+     * SIGKILL of the broker the members carry on at their epochs with their partitions; nothing is
+     * lost or rebalanced.
+     */
+    @Test
+    void groupSurvivesBrokerKillWithoutARebalance(OxbowBroker broker) throws Exception {
+        String topic = "groups-failover";
+        createTopic(broker, topic);
+        List<Member> ms = new ArrayList<>();
+        try {
+            ms.add(member(broker, "failover-1", "failover", topic));
+            ms.add(member(broker, "failover-2", "failover", topic));
+            awaitAssignment(ms, 2, 2);
+            Optional<Integer> epoch = awaitStable(broker, "failover", 2).groupEpoch();
+            Map<String, Set<Integer>> owned = new HashMap<>();
+            ms.forEach(m -> owned.put(m.name, m.owned()));
+            broker.restart(true);
+            produce(broker, topic, 10, 0);
+            awaitConsumed(ms, 4 * 10);
+            assertEquals(epoch, awaitStable(broker, "failover", 2).groupEpoch(), "no new group epoch");
+            for (Member m : ms) {
+                assertTrue(m.allIn("LOST").isEmpty(), m.name + " was fenced: " + m.lines());
+                assertEquals(owned.get(m.name), m.owned(), m.name + " kept its partitions");
+            }
+        } finally {
+            closeAll(ms);
+        }
     }
 }
