@@ -6,6 +6,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.List;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.common.Uuid;
+import org.apache.kafka.common.message.ConsumerGroupDescribeRequestData;
+import org.apache.kafka.common.message.ConsumerGroupDescribeResponseData;
+import org.apache.kafka.common.message.ConsumerGroupHeartbeatRequestData;
+import org.apache.kafka.common.message.ConsumerGroupHeartbeatResponseData;
 import org.apache.kafka.common.message.DeleteGroupsRequestData;
 import org.apache.kafka.common.message.FindCoordinatorRequestData;
 import org.apache.kafka.common.message.HeartbeatRequestData;
@@ -21,6 +26,10 @@ import org.apache.kafka.common.message.SyncGroupRequestData;
 import org.apache.kafka.common.message.SyncGroupRequestData.SyncGroupRequestAssignment;
 import org.apache.kafka.common.protocol.ApiKeys;
 import org.apache.kafka.common.protocol.Errors;
+import org.apache.kafka.common.requests.ConsumerGroupDescribeRequest;
+import org.apache.kafka.common.requests.ConsumerGroupDescribeResponse;
+import org.apache.kafka.common.requests.ConsumerGroupHeartbeatRequest;
+import org.apache.kafka.common.requests.ConsumerGroupHeartbeatResponse;
 import org.apache.kafka.common.requests.DeleteGroupsRequest;
 import org.apache.kafka.common.requests.DeleteGroupsResponse;
 import org.apache.kafka.common.requests.FindCoordinatorRequest;
@@ -39,8 +48,9 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 
 /**
- * The classic group protocol over the wire, one request at a time, with the error codes Apache
- * Kafka answers (this class passes against the reference broker too; see README).
+ * The classic and consumer (KIP-848) group protocols over the wire, one request at a time, with
+ * the error codes Apache Kafka answers (this class passes against the reference broker too; see
+ * README).
  */
 @ExtendWith(OxbowBrokerExtension.class)
 @BrokerOverrides({"group.initial.rebalance.delay.ms=0"})
@@ -188,6 +198,115 @@ class GroupProtocolTest {
                 assertFalse(Kit.get(admin.listConsumerGroupOffsets(g).partitionsToOffsetAndMetadata())
                         .values().stream().anyMatch(o -> o != null), "offsets of a deleted group");
             }
+        }
+    }
+
+    private static ConsumerGroupHeartbeatRequestData joinHeartbeat(String group, String member, String topic) {
+        return new ConsumerGroupHeartbeatRequestData()
+                .setGroupId(group)
+                .setMemberId(member)
+                .setMemberEpoch(0)
+                .setRebalanceTimeoutMs(30_000)
+                .setSubscribedTopicNames(List.of(topic))
+                .setTopicPartitions(List.of());
+    }
+
+    private static ConsumerGroupHeartbeatResponseData heartbeat(RawKafkaClient raw, ConsumerGroupHeartbeatRequestData d,
+            short v) throws Exception {
+        long deadline = System.currentTimeMillis() + 60_000;
+        while (true) {
+            ConsumerGroupHeartbeatResponse r = raw.send(new ConsumerGroupHeartbeatRequest.Builder(d), v);
+            short e = r.data().errorCode();
+            boolean retriable = e == Errors.NOT_COORDINATOR.code() || e == Errors.COORDINATOR_LOAD_IN_PROGRESS.code()
+                    || e == Errors.COORDINATOR_NOT_AVAILABLE.code();
+            if (!retriable || System.currentTimeMillis() > deadline) {
+                return r.data();
+            }
+            Thread.sleep(200);
+        }
+    }
+
+    @Test
+    void consumerGroupHeartbeatAndItsErrors(OxbowBroker broker) throws Exception {
+        String g = "raw-kip848";
+        String topic = "raw-kip848-topic";
+        Uuid topicId;
+        try (Admin admin = broker.admin()) {
+            Kit.createTopic(admin, topic, 4);
+            topicId = Kit.get(admin.describeTopics(List.of(topic)).allTopicNames()).get(topic).topicId();
+        }
+        try (RawKafkaClient raw = new RawKafkaClient("127.0.0.1", broker.port())) {
+            findCoordinator(raw, broker, g);
+            short v = raw.negotiate(ApiKeys.CONSUMER_GROUP_HEARTBEAT);
+            assertTrue(v >= 1, "ConsumerGroupHeartbeat v1 (client-generated member ids) is served");
+
+            // Request checks.
+            assertEquals(Errors.INVALID_REQUEST.code(),
+                    heartbeat(raw, joinHeartbeat(g, "", topic), v).errorCode(), "v1 needs a member id");
+            assertEquals(Errors.INVALID_REQUEST.code(),
+                    heartbeat(raw, joinHeartbeat(g, "m1", topic).setRebalanceTimeoutMs(-1), v).errorCode());
+            assertEquals(Errors.INVALID_REQUEST.code(),
+                    heartbeat(raw, joinHeartbeat(g, "m1", topic).setTopicPartitions(null), v).errorCode());
+            assertEquals(Errors.UNSUPPORTED_ASSIGNOR.code(),
+                    heartbeat(raw, joinHeartbeat(g, "m1", topic).setServerAssignor("nope"), v).errorCode());
+
+            // The first member gets every partition at epoch 1.
+            ConsumerGroupHeartbeatResponseData joined = heartbeat(raw, joinHeartbeat(g, "m1", topic), v);
+            assertEquals(Errors.NONE.code(), joined.errorCode(), joined.toString());
+            assertEquals("m1", joined.memberId());
+            assertEquals(1, joined.memberEpoch());
+            assertTrue(joined.heartbeatIntervalMs() > 0);
+            assertEquals(1, joined.assignment().topicPartitions().size());
+            assertEquals(topicId, joined.assignment().topicPartitions().get(0).topicId());
+            assertEquals(List.of(0, 1, 2, 3), joined.assignment().topicPartitions().get(0).partitions());
+
+            ConsumerGroupHeartbeatRequestData steady = new ConsumerGroupHeartbeatRequestData()
+                    .setGroupId(g).setMemberId("m1").setMemberEpoch(1).setRebalanceTimeoutMs(-1);
+            ConsumerGroupHeartbeatResponseData same = heartbeat(raw, steady, v);
+            assertEquals(Errors.NONE.code(), same.errorCode());
+            assertEquals(1, same.memberEpoch());
+            assertEquals(null, same.assignment(), "an unchanged assignment is not resent");
+            assertEquals(Errors.FENCED_MEMBER_EPOCH.code(),
+                    heartbeat(raw, steady.duplicate().setMemberEpoch(7), v).errorCode());
+            assertEquals(Errors.UNKNOWN_MEMBER_ID.code(),
+                    heartbeat(raw, steady.duplicate().setMemberId("ghost"), v).errorCode());
+
+            // Commits carry the member epoch, through OffsetCommit v9.
+            short ov = (short) Math.min(9, raw.negotiate(ApiKeys.OFFSET_COMMIT));
+            assertEquals(9, ov);
+            OffsetCommitResponse stale = raw.send(OffsetCommitRequest.Builder.forTopicNames(new OffsetCommitRequestData()
+                    .setGroupId(g).setMemberId("m1").setGenerationIdOrMemberEpoch(0)
+                    .setTopics(List.of(topic(topic, 0, "")))), ov);
+            assertEquals(Errors.STALE_MEMBER_EPOCH.code(), stale.data().topics().get(0).partitions().get(0).errorCode());
+            OffsetCommitResponse ok = raw.send(OffsetCommitRequest.Builder.forTopicNames(new OffsetCommitRequestData()
+                    .setGroupId(g).setMemberId("m1").setGenerationIdOrMemberEpoch(1)
+                    .setTopics(List.of(topic(topic, 0, "")))), ov);
+            assertEquals(Errors.NONE.code(), ok.data().topics().get(0).partitions().get(0).errorCode());
+
+            // Static members: a second incarnation is refused while the first holds the instance id.
+            ConsumerGroupHeartbeatResponseData s1 = heartbeat(raw, joinHeartbeat(g, "s1", topic).setInstanceId("i1"), v);
+            assertEquals(Errors.NONE.code(), s1.errorCode());
+            assertEquals(Errors.UNRELEASED_INSTANCE_ID.code(),
+                    heartbeat(raw, joinHeartbeat(g, "s2", topic).setInstanceId("i1"), v).errorCode());
+
+            // ConsumerGroupDescribe: the group and its members; a classic or missing group is not found.
+            short dv = raw.negotiate(ApiKeys.CONSUMER_GROUP_DESCRIBE);
+            ConsumerGroupDescribeResponse described = raw.send(new ConsumerGroupDescribeRequest.Builder(
+                    new ConsumerGroupDescribeRequestData().setGroupIds(List.of(g, "raw-kip848-missing"))), dv);
+            ConsumerGroupDescribeResponseData.DescribedGroup dg = described.data().groups().get(0);
+            assertEquals(Errors.NONE.code(), dg.errorCode());
+            assertEquals("uniform", dg.assignorName());
+            assertEquals(2, dg.members().size());
+            assertTrue(dg.members().stream().anyMatch(m -> m.memberId().equals("s1")
+                    && "i1".equals(m.instanceId()) && m.subscribedTopicNames().equals(List.of(topic))));
+            assertEquals(Errors.GROUP_ID_NOT_FOUND.code(), described.data().groups().get(1).errorCode());
+
+            // Leaving: epoch -1 in, -1 out; then the member is unknown.
+            ConsumerGroupHeartbeatResponseData left =
+                    heartbeat(raw, steady.duplicate().setMemberEpoch(-1), v);
+            assertEquals(Errors.NONE.code(), left.errorCode());
+            assertEquals(-1, left.memberEpoch());
+            assertEquals(Errors.UNKNOWN_MEMBER_ID.code(), heartbeat(raw, steady, v).errorCode());
         }
     }
 
