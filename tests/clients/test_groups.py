@@ -173,6 +173,42 @@ def test_rebalance_when_a_member_leaves(broker_factory, protocol):
           f"consuming again after {consuming * 1000:.0f} ms")
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_rebalance_when_a_member_joins(broker_factory, protocol):
+    """Time from a second member subscribing to both members owning two partitions each and
+    the new one consuming a record from a partition it took over."""
+    broker = broker_factory(CONSUMER_PROTOCOL_BROKER)
+    topic = "rd-groups-join"
+    create_topic(broker, topic, PARTITIONS)
+    owned = Owned(protocol, "a", "b")
+    a = group_consumer(broker, "rd-join", protocol)
+    a.subscribe([topic], **owned.callbacks("a"))
+    wait_until(lambda: a.poll(0.05) is None and owned["a"] == list(range(PARTITIONS)), 60, "a owns everything")
+    b = group_consumer(broker, "rd-join", protocol)
+    t0 = time.monotonic()
+    b.subscribe([topic], **owned.callbacks("b"))
+    wait_until(lambda: (a.poll(0.01), b.poll(0.01)) and len(owned["a"]) == 2 and len(owned["b"]) == 2
+               and sorted(owned["a"] + owned["b"]) == list(range(PARTITIONS)), 60, "two partitions each")
+    rebalanced = time.monotonic() - t0
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce(topic, value=b"after-join", partition=owned["b"][0])
+    p.flush(10)
+    deadline = time.monotonic() + 30
+    got = None
+    while got is None and time.monotonic() < deadline:
+        a.poll(0.01)
+        m = b.poll(0.01)
+        if m is not None:
+            assert not m.error(), m.error()
+            got = m
+    consuming = time.monotonic() - t0
+    a.close()
+    b.close()
+    assert got is not None and got.value() == b"after-join"
+    print(f"{protocol} protocol: member joined: two partitions each after {rebalanced * 1000:.0f} ms, "
+          f"the new member consuming after {consuming * 1000:.0f} ms")
+
+
 def test_admin_lists_and_describes_groups(broker):
     topic = "rd-groups-admin"
     create_topic(broker, topic, PARTITIONS)

@@ -90,9 +90,11 @@ fn a_second_member_gets_partitions_only_after_they_are_revoked() {
     let mut g = G::new();
     g.hb(join("a"));
     let r = g.hb(join("b"));
-    // b is at the new epoch but a still holds everything: nothing yet.
+    // b is at the new epoch but a still holds everything: nothing yet, and it is asked back
+    // soon (a tenth of the interval) to pick the partitions up once a lets go.
     assert_eq!(r.member_epoch, 2);
     assert_eq!(r.assignment, Some(Assignment::new()));
+    assert_eq!(r.heartbeat_interval_ms, HANDOFF_INTERVAL_MIN_MS);
     assert_eq!(g.g.member("b").unwrap().state, MemberState::UnreleasedPartitions);
     assert_eq!(g.g.state(), ConsumerGroupState::Reconciling);
     // a is asked to revoke two partitions and keeps its epoch until it does.
@@ -108,6 +110,7 @@ fn a_second_member_gets_partitions_only_after_they_are_revoked() {
     let r = g.hb(beat("a", 1, Some(&kept)));
     assert_eq!((r.member_epoch, r.assignment), (2, None));
     let r = g.hb(beat("b", 2, Some(&[])));
+    assert_eq!(r.heartbeat_interval_ms, 500, "back to the configured interval");
     let b: Vec<i32> = r.assignment.unwrap().values().flatten().copied().collect();
     assert_eq!(b.len(), 2);
     assert!(b.iter().all(|p| !kept.contains(p)));
