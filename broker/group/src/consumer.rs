@@ -54,6 +54,9 @@ impl Default for ConsumerConfig {
 /// The topics a group can subscribe to, by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Catalog {
+    /// The metadata image version it was built from: subscriptions are re-resolved only when
+    /// it (or a subscription) changes.
+    pub version: u64,
     pub topics: BTreeMap<String, TopicInfo>,
     /// Internal topics: subscribable by name, never matched by a regex.
     pub internal: BTreeSet<String>,
@@ -176,6 +179,8 @@ pub struct ConsumerMember {
     pub client_host: String,
     pub subscribed_topic_names: BTreeSet<String>,
     pub subscribed_topic_regex: Option<String>,
+    /// `subscribed_topic_regex`, compiled once.
+    regex: Option<regex::Regex>,
     pub server_assignor: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub epoch: i32,
@@ -205,9 +210,15 @@ pub struct ConsumerGroup {
     target: HashMap<String, Assignment>,
     /// Static members: instance id -> member id.
     instances: HashMap<String, String>,
-    /// The subscribed topics' metadata the target was computed from; `None` after loading
-    /// (it is not stored), until the first heartbeat resolves it without starting a rebalance.
+    /// The subscribed topics' metadata the target was computed from; `None` after loading,
+    /// until the first heartbeat resolves it (and compares it with `metadata_hash`).
     subscribed: Option<BTreeMap<String, TopicInfo>>,
+    /// [`metadata_hash`] of `subscribed`, stored with the group epoch.
+    metadata_hash: i64,
+    /// The catalog version `subscribed` was resolved at.
+    resolved_version: Option<u64>,
+    /// Internal topics of the last catalog (never matched by a regex).
+    internal: BTreeSet<String>,
     assignor: Assignor,
     state_since: i64,
 }
@@ -222,6 +233,9 @@ impl ConsumerGroup {
             target: HashMap::new(),
             instances: HashMap::new(),
             subscribed: Some(BTreeMap::new()),
+            metadata_hash: metadata_hash(&BTreeMap::new()),
+            resolved_version: None,
+            internal: BTreeSet::new(),
             assignor: cfg.assignors.first().copied().unwrap_or(Assignor::Uniform),
             state_since: now,
         }
@@ -268,7 +282,10 @@ impl ConsumerGroup {
     /// Every record that stores the group as it is now (Kafka's ConsumerGroup* records).
     pub fn stored(&self) -> BTreeMap<ConsumerKey, ConsumerValue> {
         let mut out = BTreeMap::new();
-        out.insert(ConsumerKey::Metadata, ConsumerValue::Metadata { epoch: self.epoch });
+        out.insert(
+            ConsumerKey::Metadata,
+            ConsumerValue::Metadata { epoch: self.epoch, metadata_hash: self.metadata_hash },
+        );
         out.insert(ConsumerKey::TargetMetadata, ConsumerValue::TargetMetadata { assignment_epoch: self.target_epoch });
         for m in self.members.values() {
             out.insert(
@@ -310,10 +327,13 @@ impl ConsumerGroup {
         cfg: &ConsumerConfig,
         now: i64,
     ) -> Option<Self> {
-        let Some(ConsumerValue::Metadata { epoch }) = records.get(&ConsumerKey::Metadata) else { return None };
+        let Some(ConsumerValue::Metadata { epoch, metadata_hash }) = records.get(&ConsumerKey::Metadata) else {
+            return None;
+        };
         let mut g = ConsumerGroup::new(id, cfg, now);
         g.epoch = *epoch;
         g.subscribed = None;
+        g.metadata_hash = *metadata_hash;
         if let Some(ConsumerValue::TargetMetadata { assignment_epoch }) = records.get(&ConsumerKey::TargetMetadata) {
             g.target_epoch = *assignment_epoch;
         }
@@ -339,6 +359,7 @@ impl ConsumerGroup {
                             client_host: m.client_host.clone(),
                             subscribed_topic_names: m.subscribed_topic_names.iter().cloned().collect(),
                             subscribed_topic_regex: m.subscribed_topic_regex.clone(),
+                            regex: m.subscribed_topic_regex.as_deref().and_then(compile),
                             server_assignor: m.server_assignor.clone(),
                             rebalance_timeout_ms: m.rebalance_timeout_ms,
                             epoch: current.member_epoch,
@@ -368,11 +389,7 @@ impl ConsumerGroup {
             ConsumerGroupState::Empty
         } else if self.epoch > self.target_epoch {
             ConsumerGroupState::Assigning
-        } else if self
-            .members
-            .values()
-            .any(|m| m.state != MemberState::Stable || (m.epoch != self.target_epoch && m.epoch != LEAVE_STATIC_EPOCH))
-        {
+        } else if self.members.values().any(|m| m.state != MemberState::Stable || m.epoch != self.target_epoch) {
             ConsumerGroupState::Reconciling
         } else {
             ConsumerGroupState::Stable
@@ -420,6 +437,9 @@ impl ConsumerGroup {
             if let Some(m) = self.members.get_mut(&member) {
                 m.previous_epoch = m.epoch;
                 m.epoch = LEAVE_STATIC_EPOCH;
+                // As Kafka: what it was revoking is released, what it owns it keeps.
+                m.pending_revocation.clear();
+                m.state = MemberState::Stable;
                 m.revocation_deadline = None;
             }
         } else {
@@ -451,7 +471,8 @@ impl ConsumerGroup {
         // What the others subscribe to can only shrink: resolve against what was subscribed.
         // Right after loading that is unknown: the next heartbeat computes the target.
         if let Some(known) = self.subscribed.clone() {
-            self.refresh_subscriptions(&Catalog { topics: known, internal: BTreeSet::new() });
+            let internal = self.internal.clone();
+            self.refresh_subscriptions(&Catalog { version: 0, topics: known, internal });
             self.compute_target(cfg);
         }
     }
@@ -490,6 +511,7 @@ impl ConsumerGroup {
         if let Some(re) = &req.subscribed_topic_regex {
             let re = Some(re.clone()).filter(|r| !r.is_empty());
             if re != m.subscribed_topic_regex {
+                m.regex = re.as_deref().and_then(compile);
                 m.subscribed_topic_regex = re;
                 bump = true;
             }
@@ -509,8 +531,13 @@ impl ConsumerGroup {
         m.client_host = req.client_host.clone();
         m.session_deadline = now.saturating_add(i64::from(cfg.session_timeout_ms));
         // The subscribed topics' metadata: a new topic, more partitions or a deleted topic
-        // changes the target as a subscription change does.
-        bump |= self.refresh_subscriptions(catalog);
+        // changes the target as a subscription change does. Resolved again only when the
+        // metadata image or a subscription changed.
+        if bump || self.resolved_version != Some(catalog.version) {
+            self.internal.clone_from(&catalog.internal);
+            bump |= self.refresh_subscriptions(catalog);
+            self.resolved_version = Some(catalog.version);
+        }
         if bump {
             self.epoch += 1;
         }
@@ -592,6 +619,7 @@ impl ConsumerGroup {
                 client_host: req.client_host.clone(),
                 subscribed_topic_names: BTreeSet::new(),
                 subscribed_topic_regex: None,
+                regex: None,
                 server_assignor: None,
                 rebalance_timeout_ms: req.rebalance_timeout_ms,
                 epoch: JOIN_EPOCH,
@@ -662,25 +690,22 @@ impl ConsumerGroup {
                 now.insert(name, t);
             }
         }
-        match &self.subscribed {
-            // First resolution since loading: what the stored target was computed from.
-            None => {
-                self.subscribed = Some(now);
-                false
-            }
-            Some(s) if *s == now => false,
-            Some(_) => {
-                self.subscribed = Some(now);
-                true
-            }
-        }
+        let hash = metadata_hash(&now);
+        let changed = match &self.subscribed {
+            // First resolution since loading: compare with what the stored target saw.
+            None => hash != self.metadata_hash,
+            Some(s) => *s != now,
+        };
+        self.subscribed = Some(now);
+        self.metadata_hash = hash;
+        changed
     }
 
     /// The target assignment for the current group epoch.
     fn compute_target(&mut self, cfg: &ConsumerConfig) {
         self.assignor = self.preferred_assignor(cfg);
         let topics = self.subscribed.clone().unwrap_or_default();
-        let catalog = Catalog { topics, internal: BTreeSet::new() };
+        let catalog = Catalog { version: 0, topics, internal: self.internal.clone() };
         let subs: BTreeMap<String, BTreeSet<String>> =
             self.members.values().map(|m| (m.id.clone(), resolve(m, &catalog).into_keys().collect())).collect();
         self.target = self.assignor.assign(&subs, &catalog.topics, &self.target);
@@ -709,6 +734,16 @@ impl ConsumerGroup {
     /// Moves one member toward its target (Kafka's `CurrentAssignmentBuilder`).
     fn reconcile(&mut self, member: &str, owned: Option<&Assignment>, now: i64) {
         let target_epoch = self.target_epoch;
+        let owns_any = |revoke: &Assignment| match owned {
+            None => true,
+            Some(o) => revoke.iter().any(|(t, ps)| o.get(t).is_some_and(|x| !x.is_disjoint(ps))),
+        };
+        match self.members.get(member) {
+            None => return,
+            Some(m) if m.state == MemberState::Stable && m.epoch == target_epoch => return,
+            Some(m) if m.state == MemberState::UnrevokedPartitions && owns_any(&m.pending_revocation) => return,
+            Some(_) => {}
+        }
         let target = self.target.get(member).cloned().unwrap_or_default();
         // Partitions held (assigned or still being revoked) by the other members.
         let held: BTreeSet<(Uuid, i32)> = self
@@ -719,15 +754,6 @@ impl ConsumerGroup {
             .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
             .collect();
         let Some(m) = self.members.get_mut(member) else { return };
-        let owns_any = |revoke: &Assignment| match owned {
-            None => true,
-            Some(o) => revoke.iter().any(|(t, ps)| o.get(t).is_some_and(|x| !x.is_disjoint(ps))),
-        };
-        match m.state {
-            MemberState::Stable if m.epoch == target_epoch => return,
-            MemberState::UnrevokedPartitions if owns_any(&m.pending_revocation) => return,
-            _ => {}
-        }
         let mut assigned = Assignment::new();
         let mut revoke = Assignment::new();
         let mut unreleased = false;
@@ -763,9 +789,9 @@ impl ConsumerGroup {
                 .collect();
             m.assigned = kept;
             m.pending_revocation = revoke;
-            if m.state != MemberState::UnrevokedPartitions {
-                m.revocation_deadline = Some(now.saturating_add(i64::from(m.rebalance_timeout_ms.max(0))));
-            }
+            // Each new revocation gets the whole rebalance timeout (Kafka reschedules it).
+            m.revocation_deadline = Some(now.saturating_add(i64::from(m.rebalance_timeout_ms.max(0))));
+            m.previous_epoch = m.epoch;
             m.state = MemberState::UnrevokedPartitions;
             return;
         }
@@ -818,12 +844,13 @@ impl ConsumerGroup {
         Ok(())
     }
 
-    /// OffsetFetch by a member (epoch >= 0) must carry its current epoch; admins pass -1.
-    pub fn validate_fetch(&self, member: &str, epoch: i32) -> Result<(), E> {
-        if epoch < 0 {
+    /// OffsetFetch (v9+) names a member and its epoch; only a request with neither (admins,
+    /// classic consumers: no member id, epoch -1) is not checked, as in Kafka.
+    pub fn validate_fetch(&self, member: Option<&str>, epoch: i32) -> Result<(), E> {
+        if member.is_none() && epoch < 0 {
             return Ok(());
         }
-        let m = self.members.get(member).ok_or(E::UnknownMemberId)?;
+        let m = member.and_then(|id| self.members.get(id)).ok_or(E::UnknownMemberId)?;
         if epoch != m.epoch {
             return Err(E::StaleMemberEpoch);
         }
@@ -854,7 +881,7 @@ fn resolve(m: &ConsumerMember, catalog: &Catalog) -> BTreeMap<String, TopicInfo>
             out.insert(n.clone(), *t);
         }
     }
-    if let Some(re) = m.subscribed_topic_regex.as_deref().and_then(compile) {
+    if let Some(re) = &m.regex {
         for (n, t) in &catalog.topics {
             if !catalog.internal.contains(n) && re.is_match(n) {
                 out.insert(n.clone(), *t);
@@ -864,9 +891,36 @@ fn resolve(m: &ConsumerMember, catalog: &Catalog) -> BTreeMap<String, TopicInfo>
     out
 }
 
-/// A subscription regex, anchored as Java's `Pattern.matches` (RE2J) applies it.
+/// The longest subscription regex accepted (Kafka has no limit; this bounds compile work).
+pub const REGEX_MAX_LEN: usize = 4096;
+
+/// A subscription regex, anchored as Java's `Pattern.matches` (RE2J) applies it, with bounded
+/// compiled size.
 pub fn compile(re: &str) -> Option<regex::Regex> {
-    regex::Regex::new(&format!("^(?:{re})$")).ok()
+    if re.len() > REGEX_MAX_LEN {
+        return None;
+    }
+    regex::RegexBuilder::new(&format!("^(?:{re})$")).size_limit(1 << 20).dfa_size_limit(1 << 20).build().ok()
+}
+
+/// A fingerprint of the subscribed topics' metadata (names, ids, partition counts), stored with
+/// the group epoch so a new coordinator can tell whether topics changed while none ran
+/// (FNV-1a; Kafka 4.1 stores its own hash in the same tagged field).
+pub fn metadata_hash(topics: &BTreeMap<String, TopicInfo>) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for (name, t) in topics {
+        eat(name.as_bytes());
+        eat(&[0]);
+        eat(t.id.as_bytes());
+        eat(&t.partitions.to_be_bytes());
+    }
+    h as i64
 }
 
 fn is_subset(a: &Assignment, b: &Assignment) -> bool {

@@ -9,7 +9,11 @@ fn cfg() -> ConsumerConfig {
 }
 
 fn catalog(partitions: i32) -> Catalog {
-    Catalog { topics: BTreeMap::from([("t".to_string(), TopicInfo { id: T, partitions })]), internal: BTreeSet::new() }
+    Catalog {
+        version: u64::try_from(partitions).unwrap_or(0),
+        topics: BTreeMap::from([("t".to_string(), TopicInfo { id: T, partitions })]),
+        internal: BTreeSet::new(),
+    }
 }
 
 fn parts(ps: &[i32]) -> Assignment {
@@ -246,6 +250,7 @@ fn new_partitions_and_regex_subscriptions_start_a_new_epoch() {
     assert_eq!(r.member_epoch, 2);
     assert_eq!(r.assignment, Some(parts(&[0, 1, 2, 3, 4, 5])));
     // A regex subscriber sees matching topics, never internal ones.
+    g.cat.version += 1;
     g.cat.topics.insert("t2".into(), TopicInfo { id: Uuid::from_u128(9), partitions: 1 });
     g.cat.topics.insert("__consumer_offsets".into(), TopicInfo { id: Uuid::from_u128(10), partitions: 1 });
     g.cat.internal.insert("__consumer_offsets".into());
@@ -265,9 +270,11 @@ fn commits_and_fetches_check_the_member_epoch() {
     assert_eq!(g.g.validate_commit("a", 1, 9), Ok(()));
     assert_eq!(g.g.validate_commit("a", 0, 9), Err(E::StaleMemberEpoch));
     assert_eq!(g.g.validate_commit("a", 1, 8), Err(E::UnsupportedVersion));
-    assert_eq!(g.g.validate_fetch("", -1), Ok(()));
-    assert_eq!(g.g.validate_fetch("a", 2), Err(E::StaleMemberEpoch));
-    assert_eq!(g.g.validate_fetch("a", 1), Ok(()));
+    assert_eq!(g.g.validate_fetch(None, -1), Ok(()));
+    assert_eq!(g.g.validate_fetch(None, 1), Err(E::UnknownMemberId));
+    assert_eq!(g.g.validate_fetch(Some("a"), -1), Err(E::StaleMemberEpoch));
+    assert_eq!(g.g.validate_fetch(Some("a"), 2), Err(E::StaleMemberEpoch));
+    assert_eq!(g.g.validate_fetch(Some("a"), 1), Ok(()));
 }
 
 #[test]

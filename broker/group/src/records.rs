@@ -302,9 +302,11 @@ pub struct CurrentValue {
 /// The value of a consumer protocol group record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConsumerValue {
-    /// `ConsumerGroupMetadataValue`: the group epoch.
+    /// `ConsumerGroupMetadataValue`: the group epoch, and (tagged field 0) a hash of the
+    /// subscribed topics' metadata.
     Metadata {
         epoch: i32,
+        metadata_hash: i64,
     },
     /// `ConsumerGroupPartitionMetadataValue`: not used by Oxbow (its content is not decoded).
     PartitionMetadata,
@@ -324,7 +326,17 @@ impl ConsumerValue {
         let mut b = BytesMut::new();
         b.put_i16(0);
         match self {
-            ConsumerValue::Metadata { epoch } => b.put_i32(*epoch),
+            ConsumerValue::Metadata { epoch, metadata_hash } => {
+                b.put_i32(*epoch);
+                if *metadata_hash != 0 {
+                    // One tagged field: tag 0, 8 bytes.
+                    put_uvarint(&mut b, 1);
+                    put_uvarint(&mut b, 0);
+                    put_uvarint(&mut b, 8);
+                    b.put_i64(*metadata_hash);
+                    return b.freeze();
+                }
+            }
             ConsumerValue::PartitionMetadata => put_uvarint(&mut b, 1),
             ConsumerValue::Member(m) => {
                 put_compact_nullable_str(&mut b, m.instance_id.as_deref());
@@ -361,7 +373,21 @@ impl ConsumerValue {
             return Err(RecordError::UnknownVersion { what: "consumer group record", version });
         }
         let v = match key {
-            ConsumerKey::Metadata => ConsumerValue::Metadata { epoch: get_i32(&mut b)? },
+            ConsumerKey::Metadata => {
+                let epoch = get_i32(&mut b)?;
+                let mut metadata_hash = 0;
+                let n = get_uvarint(&mut b)?;
+                for _ in 0..n {
+                    let tag = get_uvarint(&mut b)?;
+                    let size = usize::try_from(get_uvarint(&mut b)?).map_err(|_| RecordError::Truncated)?;
+                    need(b, size)?;
+                    if tag == 0 && size == 8 {
+                        metadata_hash = (&b[..8]).get_i64();
+                    }
+                    b.advance(size);
+                }
+                return Ok(ConsumerValue::Metadata { epoch, metadata_hash });
+            }
             ConsumerKey::PartitionMetadata => return Ok(ConsumerValue::PartitionMetadata),
             ConsumerKey::Member(_) => {
                 let instance_id = get_compact_nullable_str(&mut b)?;
@@ -663,7 +689,8 @@ mod tests {
         assert_eq!(Key::decode(&[0, 16, 0, 1, b'g']).unwrap(), None);
         let a: Assignment = [(t, [0, 3].into_iter().collect())].into_iter().collect();
         let values = [
-            (ConsumerKey::Metadata, ConsumerValue::Metadata { epoch: 7 }),
+            (ConsumerKey::Metadata, ConsumerValue::Metadata { epoch: 7, metadata_hash: 0 }),
+            (ConsumerKey::Metadata, ConsumerValue::Metadata { epoch: 7, metadata_hash: -42 }),
             (ConsumerKey::TargetMetadata, ConsumerValue::TargetMetadata { assignment_epoch: 7 }),
             (ConsumerKey::TargetMember("m".into()), ConsumerValue::TargetMember(a.clone())),
             (
@@ -697,7 +724,7 @@ mod tests {
         let with_tag = [0, 0, 0, 0, 0, 9, 1, 0, 8, 0, 0, 0, 0, 0, 0, 0, 42];
         assert_eq!(
             ConsumerValue::decode(&ConsumerKey::Metadata, &with_tag).unwrap(),
-            ConsumerValue::Metadata { epoch: 9 }
+            ConsumerValue::Metadata { epoch: 9, metadata_hash: 42 }
         );
         assert!(ConsumerValue::decode(&ConsumerKey::TargetMember("m".into()), &[0, 0, 5]).is_err());
     }

@@ -485,7 +485,7 @@ impl Shard {
     }
 
     /// OffsetFetch with a member id and epoch (v9+): a consumer group checks them.
-    pub fn validate_fetch(&self, group: &str, member: &str, epoch: i32) -> Result<(), E> {
+    pub fn validate_fetch(&self, group: &str, member: Option<&str>, epoch: i32) -> Result<(), E> {
         // Other groups (and unknown ones: no offsets, no error) are not checked, as Kafka.
         self.consumer.get(group).map_or(Ok(()), |c| c.validate_fetch(member, epoch))
     }
@@ -539,9 +539,9 @@ impl Shard {
             let subscribed = c.subscribed_topics();
             let mut left = 0;
             for ((t, p), v) in self.offsets.get(id).into_iter().flatten() {
-                let base = if empty {
-                    c.state_since()
-                } else if !subscribed.contains(t) {
+                // As Kafka's consumer groups: counted from the commit, for an empty group or a
+                // topic no member subscribes to.
+                let base = if empty || !subscribed.contains(t) {
                     v.commit_timestamp
                 } else {
                     left += 1;
@@ -633,6 +633,7 @@ mod tests {
         use crate::consumer::{Catalog, HeartbeatRequest};
         let topic = uuid::Uuid::from_u128(5);
         let catalog = Catalog {
+            version: 1,
             topics: [("t".to_string(), TopicInfo { id: topic, partitions: 4 })].into_iter().collect(),
             internal: Default::default(),
         };

@@ -131,7 +131,7 @@ impl Coordinator {
                 })
                 .collect();
             let internal = [OFFSETS_TOPIC, "__transaction_state"].iter().map(|t| t.to_string()).collect();
-            *c = (image.version, Arc::new(Catalog { topics, internal }));
+            *c = (image.version, Arc::new(Catalog { version: image.version, topics, internal }));
         }
         c.1.clone()
     }
@@ -274,6 +274,23 @@ impl Coordinator {
 
     async fn unload(&self, slot: Arc<Slot>) {
         let mut st = slot.state.lock().await;
+        Self::close(&mut st);
+        tracing::info!(partition = slot.index, "unloaded group coordinator partition");
+    }
+
+    /// Drops a loaded shard whose memory no longer matches its log (its lock is held).
+    fn invalidate(&self, slot: &Slot, st: &mut SlotState) {
+        {
+            let mut slots = self.slots.lock();
+            if slots.get(&slot.index).is_some_and(|s| Arc::ptr_eq(&s.state, &slot.state)) {
+                slots.remove(&slot.index);
+            }
+        }
+        Self::close(st);
+    }
+
+    /// Marks a shard dead and answers its parked requests NOT_COORDINATOR.
+    fn close(st: &mut SlotState) {
         st.alive = false;
         for (_, w) in st.waiters.drain() {
             match w {
@@ -285,7 +302,6 @@ impl Coordinator {
                 }
             }
         }
-        tracing::info!(partition = slot.index, "unloaded group coordinator partition");
     }
 
     /// Appends `writes` to the slot's partition and waits until the ISR has them.
@@ -324,9 +340,10 @@ impl Coordinator {
     async fn run(&self, broker: &Broker, slot: &Slot, st: &mut SlotState, outs: Vec<Out>) {
         let writes = st.shard.take_writes();
         if let Err(e) = self.append(broker, slot, &writes).await {
-            // Appends fail when this broker stops leading the partition (or its log is
-            // offline): the shard is then reloaded from the log, which has the state before.
-            tracing::warn!(partition = slot.index, records = writes.len(), error = ?e, "storing group changes failed");
+            // The shard is ahead of its log: drop it, so the next request reloads it from the
+            // log (as after a leadership change) instead of building on unwritten state.
+            tracing::warn!(partition = slot.index, records = writes.len(), error = ?e, "storing group changes failed; reloading the shard");
+            self.invalidate(slot, st);
         }
         let mut queue: VecDeque<Out> = outs.into();
         while let Some(o) = queue.pop_front() {
@@ -488,7 +505,7 @@ impl Coordinator {
         broker: &Broker,
         group: &str,
         wanted: Option<Vec<(String, Vec<i32>)>>,
-        member: Option<(&str, i32)>,
+        member: Option<(Option<&str>, i32)>,
     ) -> Result<Vec<(String, Vec<(i32, Option<OffsetValue>)>)>, GroupError> {
         let (_, st) = self.locked(broker, group).await?;
         if let Some((member, epoch)) = member {
@@ -586,7 +603,8 @@ impl Coordinator {
             }
             Err(e) => failed(e),
         };
-        self.wake.notify_one();
+        // No timer wake-up: session and revocation deadlines only move later here, and the
+        // timer task looks at least once a second.
         r
     }
 

@@ -34,6 +34,10 @@ fn invalid(ctx: &Ctx<'_>, req: &ConsumerGroupHeartbeatRequest) -> Option<(Respon
     if req.group_id.0.is_empty() {
         return bad("GroupId can't be empty.");
     }
+    // Stored keys hold int16-length strings (as Kafka's records).
+    if req.member_id.len() > i16::MAX as usize || req.group_id.0.len() > i16::MAX as usize {
+        return bad("MemberId and GroupId must be shorter than 32768 bytes.");
+    }
     if req.instance_id.as_ref().is_some_and(|i| i.is_empty()) {
         return bad("InstanceId can't be empty.");
     }
@@ -73,7 +77,10 @@ fn invalid(ctx: &Ctx<'_>, req: &ConsumerGroupHeartbeatRequest) -> Option<(Respon
     {
         return Some((
             ResponseError::InvalidRegularExpression,
-            format!("SubscribedTopicRegex `{}` is not a valid regular expression.", re.as_str()),
+            format!(
+                "SubscribedTopicRegex is not a valid regular expression (or longer than {} bytes).",
+                consumer::REGEX_MAX_LEN
+            ),
         ));
     }
     None

@@ -99,12 +99,12 @@ macro_rules! fill_fetched {
 
 type Fetched = Result<Vec<(String, Vec<(i32, Option<OffsetValue>)>)>, GroupError>;
 
-/// `member`: the member id and epoch of a v9+ request from a consumer protocol member.
+/// `member`: the member id and epoch of a v9+ request (checked against consumer protocol groups).
 async fn fetch_group(
     ctx: &Ctx<'_>,
     group: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
-    member: Option<(&str, i32)>,
+    member: Option<(Option<&str>, i32)>,
 ) -> Fetched {
     ctx.broker.groups.fetch_offsets(ctx.broker, group, topics, member).await
 }
@@ -119,7 +119,8 @@ pub async fn offset_fetch(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetch
                 .map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.clone())).collect());
             let mut rg = OffsetFetchResponseGroup::default();
             rg.group_id = g.group_id.clone();
-            let member = g.member_id.as_ref().map(|m| (m.as_str(), g.member_epoch));
+            // v9+ names the member (consumer protocol groups check it); older versions do not.
+            let member = (ctx.version >= 9).then(|| (g.member_id.as_ref().map(|m| m.as_str()), g.member_epoch));
             match fetch_group(ctx, g.group_id.0.as_str(), wanted, member).await {
                 Ok(topics) => {
                     for (name, parts) in topics {
