@@ -93,10 +93,14 @@ def test_subscribe_commit_and_resume(broker_factory, protocol):
     broker = broker_factory(CONSUMER_PROTOCOL_BROKER)
     topic = "rd-groups-resume"
     create_topic(broker, topic, PARTITIONS)
-    produce(broker, topic, 100, 0)
     a, b = group_consumer(broker, "rd-resume", protocol), group_consumer(broker, "rd-resume", protocol)
     a.subscribe([topic])
     b.subscribe([topic])
+    # Records go in once the two members share the partitions: nothing is committed yet, so a
+    # partition moving mid-way would be read again from the start by its new owner.
+    wait_until(lambda: (a.poll(0.05), b.poll(0.05)) and len(a.assignment()) == 2 and len(b.assignment()) == 2,
+               60, "two partitions each")
+    produce(broker, topic, 100, 0)
     first = poll_values([a, b], 4 * 100)
     assert sorted((p, o) for p, o, _ in first) == [(p, o) for p in range(PARTITIONS) for o in range(100)]
     # Each member commits what it consumed, then both leave the group (LeaveGroup).
