@@ -95,8 +95,34 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
         return Ok(Action::await_change());
     }
 
-    // Decide and apply the owned objects.
-    let Desired { config_map, headless, bootstrap, stateful_set, pdb } = desired::desired(&cluster, &ctx.settings);
+    // What the brokers say (best effort: a cluster that is starting does not answer yet).
+    let names = Names::of(&name);
+    let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let current = sts_api.get_opt(&names.stateful_set).await?.and_then(|s| s.spec).and_then(|s| s.replicas);
+    let mut admin = Admin::connect(&bootstrap_address(&name, &ns, &ctx.settings)).await.ok();
+    let quorum = match admin.as_mut() {
+        Some(a) => a.describe_quorum().await.ok(),
+        None => None,
+    };
+    let mut notes = status::Notes { quorum: quorum.clone(), ..Default::default() };
+
+    // Decide and apply the owned objects. A scale-down waits while the brokers that would go
+    // hold partitions.
+    let Desired { config_map, headless, bootstrap, mut stateful_set, pdb } = desired::desired(&cluster, &ctx.settings);
+    if let Some(current) = current.filter(|c| *c > cluster.spec.replicas) {
+        let held = match admin.as_mut() {
+            Some(a) => a.replicas_per_broker().await.ok(),
+            None => None,
+        };
+        let (replicas, blocked) = restart::scale_to(current, cluster.spec.replicas, held.as_ref());
+        if let Some(spec) = stateful_set.spec.as_mut() {
+            spec.replicas = Some(replicas);
+        }
+        if let Some(why) = &blocked {
+            tracing::info!(cluster = %name, why, "scale-down held back");
+        }
+        notes.scale_down_blocked = blocked;
+    }
     apply::<ConfigMap>(client, &ns, &config_map).await?;
     apply::<Service>(client, &ns, &headless).await?;
     apply::<Service>(client, &ns, &bootstrap).await?;
@@ -106,8 +132,9 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     // Observe the pods and decide whether one restarts.
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let pods = pods_api.list(&ListParams::default().labels(&desired::selector_string(&name))).await?.items;
-    let observed = status::observe(&cluster, &sts, &pods);
-    let decision = restart::plan(&observed, |_| None);
+    let observed = status::observe(&cluster, &sts, &pods, quorum.as_ref());
+    let controllers = cluster.spec.controller_count();
+    let decision = restart::plan(&observed, |p| restart::quorum_unsafe(p, controllers, quorum.as_ref()));
     if let Decision::Restart { pod, reason } = &decision {
         tracing::info!(cluster = %name, pod, reason, "restarting broker pod");
         pods_api.delete(pod, &DeleteParams::default()).await?;
@@ -115,7 +142,6 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     }
 
     // Dynamic configs go to running brokers, once no restart is pending.
-    let mut config_note = None;
     if decision == Decision::Done {
         match sync_dynamic_configs(&cluster, &ns, &ctx).await {
             Ok(changed) if !changed.is_empty() => {
@@ -124,16 +150,17 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
                 ctx.event(cluster.as_ref(), "ConfigChangedDynamically", "Configure", note).await;
             }
             Ok(_) => {}
-            Err(e) => config_note = Some(format!("dynamic broker configs not applied yet: {e}")),
+            Err(e) => notes.config = Some(format!("dynamic broker configs not applied yet: {e}")),
         }
     }
 
-    let names = Names::of(&name);
-    let new_status = status::status(&cluster, &observed, &decision, config_note.as_deref(), &names, &ctx.settings);
+    let new_status = status::status(&cluster, &observed, &decision, &notes, &names, &ctx.settings);
     apply_status::<Cluster>(client, &ns, &name, &new_status).await?;
 
     Ok(match decision {
-        Decision::Done if config_note.is_none() => Action::requeue(Duration::from_secs(60)),
+        Decision::Done if notes.config.is_none() && notes.scale_down_blocked.is_none() => {
+            Action::requeue(Duration::from_secs(60))
+        }
         Decision::Done => Action::requeue(Duration::from_secs(10)),
         _ => Action::requeue(Duration::from_secs(3)),
     })

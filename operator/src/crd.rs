@@ -61,17 +61,19 @@ pub const RESERVED_CONFIG_KEYS: &[&str] = &[
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!has(self.controllers) || self.replicas >= self.controllers.replicas")
+    .message("replicas must be at least controllers.replicas: every controller is also a broker"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "(has(self.controllers) ? self.controllers.replicas : 1) == (has(oldSelf.controllers) ? oldSelf.controllers.replicas : 1)"
+).message("controllers.replicas cannot change after the cluster is created"))]
 pub struct ClusterSpec {
-    /// Number of broker pods. Until the metadata quorum lands every broker is its own
-    /// single-node cluster, so the schema allows exactly 1.
-    #[x_kube(validation = kube::core::Rule::new("self == 1").message(
-        "multi-broker clusters need the metadata quorum, which this version does not have yet: replicas must be 1"
-    ))]
-    #[schemars(range(min = 0))]
+    /// Number of broker pods (node ids 0..replicas-1). The first `controllers.replicas` of them
+    /// are also the metadata quorum's voters; the others follow it. Scaling down is held back
+    /// while a broker that would go still holds partitions (condition `ScaleDownBlocked`).
+    #[schemars(range(min = 1))]
     pub replicas: i32,
 
-    /// Controller placement. `combined` (the only mode until the metadata quorum lands): every
-    /// broker is also a controller.
+    /// The metadata quorum: how many brokers are also controllers (Raft voters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controllers: Option<ControllersSpec>,
 
@@ -108,8 +110,23 @@ pub struct ClusterSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ControllersSpec {
-    /// `combined`: brokers are also controllers. `dedicated` arrives with the metadata quorum.
+    /// `combined` (the only mode for now): brokers 0 to `replicas`-1 are also the controllers.
+    #[serde(default)]
     pub mode: ControllerMode,
+    /// Voters of the metadata quorum: 1, 3 or 5 (a majority must be up to change metadata).
+    /// Fixed when the cluster is created: changing voters is AddRaftVoter/RemoveRaftVoter, which
+    /// the operator does not drive yet.
+    #[serde(default = "one")]
+    #[x_kube(validation = kube::core::Rule::new("self == 1 || self == 3 || self == 5")
+        .message("controllers.replicas must be 1, 3 or 5"))]
+    pub replicas: i32,
+}
+
+impl ClusterSpec {
+    /// Voters of the metadata quorum (1 without `controllers`).
+    pub fn controller_count(&self) -> i32 {
+        self.controllers.as_ref().map_or(1, |c| c.replicas)
+    }
 }
 
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,7 +1,8 @@
 //! A minimal Kafka admin client for the operator, on the kafka-protocol crate: the topic
 //! operations a Topic resource needs (Metadata, CreateTopics, CreatePartitions, DeleteTopics,
-//! DescribeConfigs, IncrementalAlterConfigs), one connection per reconcile, every call bounded
-//! by a timeout. It speaks to brokers exactly as any Kafka admin client does.
+//! DescribeConfigs, IncrementalAlterConfigs) and what a Cluster needs to restart and scale
+//! safely (DescribeQuorum, where partitions live), one connection per reconcile, every call
+//! bounded by a timeout. It speaks to brokers exactly as any Kafka admin client does.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,11 +12,12 @@ use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::describe_quorum_request::{PartitionData as QuorumPartition, TopicData as QuorumTopic};
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
     ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    IncrementalAlterConfigsRequest, MetadataRequest, RequestHeader, TopicName,
+    DescribeQuorumRequest, IncrementalAlterConfigsRequest, MetadataRequest, RequestHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -29,6 +31,16 @@ const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
 /// DescribeConfigs source of a config set on the topic itself.
 const SOURCE_TOPIC: i8 = 1;
+
+/// The metadata quorum, from DescribeQuorum.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Quorum {
+    /// The active controller.
+    pub leader: Option<i32>,
+    pub high_watermark: i64,
+    /// Each voter and its log end offset.
+    pub voters: Vec<(i32, i64)>,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
@@ -184,6 +196,48 @@ impl Admin {
             }
         }
         R::Response::decode(&mut body, version).map_err(|e| self.protocol(e))
+    }
+
+    /// The metadata quorum as DescribeQuorum reports it (any broker forwards to the leader).
+    pub async fn describe_quorum(&mut self) -> Result<Quorum, KafkaError> {
+        let mut p = QuorumPartition::default();
+        p.partition_index = 0;
+        let mut t = QuorumTopic::default();
+        t.topic_name = name("__cluster_metadata");
+        t.partitions = vec![p];
+        let mut req = DescribeQuorumRequest::default();
+        req.topics = vec![t];
+        let resp = self.send(1, &req).await?;
+        check("describe quorum", "__cluster_metadata", resp.error_code, resp.error_message.clone(), &[])?;
+        let p = resp
+            .topics
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .next()
+            .ok_or_else(|| self.protocol("DescribeQuorum without a partition"))?;
+        check("describe quorum", "__cluster_metadata", p.error_code, p.error_message.clone(), &[])?;
+        Ok(Quorum {
+            leader: Some(p.leader_id.0).filter(|l| *l >= 0),
+            high_watermark: p.high_watermark,
+            voters: p.current_voters.iter().map(|v| (v.replica_id.0, v.log_end_offset)).collect(),
+        })
+    }
+
+    /// How many partition replicas each broker holds, over every topic.
+    pub async fn replicas_per_broker(&mut self) -> Result<BTreeMap<i32, usize>, KafkaError> {
+        let mut req = MetadataRequest::default();
+        req.topics = None;
+        req.allow_auto_topic_creation = false;
+        let resp = self.send(12, &req).await?;
+        let mut out: BTreeMap<i32, usize> = BTreeMap::new();
+        for t in &resp.topics {
+            for p in &t.partitions {
+                for r in &p.replica_nodes {
+                    *out.entry(r.0).or_default() += 1;
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The topic, or `None` if the cluster does not have it.

@@ -5,12 +5,16 @@ the images tests/k8s/load-images built.
   - `helm lint`, and the rendered chart validated by the real API server (server-side dry run);
   - `helm install`: the operator runs;
   - bad Clusters are refused by `kubectl apply` with the schema's message;
-  - a Cluster of 1 broker becomes Ready; kcat (a real client, inside the cluster) reads its
-    metadata through the bootstrap Service and the broker's stable DNS name, writes and reads
+  - a Cluster of 3 brokers (all three controllers: the metadata quorum) becomes Ready with its
+    quorum (voters, leader) in the status; kcat (a real client, inside the cluster) reads its
+    metadata through the bootstrap Service and the brokers' stable DNS names, writes and reads
     records;
-  - a static config change restarts the broker exactly once (new pod, Ready again, config
-    applied, clean shutdown, records intact), with an Event saying why; a dynamic one
-    (log.retention.ms) is applied to the running broker, seen by kafka-topics, with no restart;
+  - a static config change restarts each broker exactly once, one at a time, each Ready before
+    the next, the active controller last (clean shutdowns, config applied, records intact), with
+    an Event per restart saying why; a dynamic one (log.retention.ms) is applied to the running
+    brokers, seen by kafka-topics, with no restart;
+  - `kubectl scale` to 4 brokers: the 4th joins and serves; scaling back to 3 is held back
+    (condition ScaleDownBlocked) while the 4th holds partitions, and happens once it holds none;
   - Topics, checked with Kafka's own kafka-topics (TopicCommand): created with configs, grown,
     configs changed and removed, a shrink refused with a readable condition, an existing topic
     adopted, a missing Cluster reported, deletion policies `delete` and `retain`;
@@ -69,14 +73,50 @@ def cluster_ready(name):
     return check
 
 
-def cluster_yaml(config=None, replicas=1):
-    """A Cluster manifest (JSON, which kubectl reads as YAML)."""
+BROKERS = 3
+
+
+def cluster_yaml(config=None, replicas=BROKERS, controllers=BROKERS):
+    """A Cluster manifest (JSON, which kubectl reads as YAML): `replicas` brokers, the first
+    `controllers` of them the metadata quorum's voters."""
     return json.dumps({
         "apiVersion": "oxbow.io/v1alpha1",
         "kind": "Cluster",
         "metadata": {"name": "events", "namespace": NS},
-        "spec": {"replicas": replicas, "storage": {"size": "1Gi"}, "config": config or {}},
+        "spec": {"replicas": replicas, "controllers": {"replicas": controllers}, "storage": {"size": "1Gi"},
+                 "config": config or {}},
     })
+
+
+def broker_pods():
+    """name -> pod, for the Cluster's broker pods."""
+    return {p["metadata"]["name"]: p for p in
+            kjson("get", "pods", "-n", NS, "-l", "app.kubernetes.io/instance=events")["items"]}
+
+
+def pod_uids():
+    return {n: p["metadata"]["uid"] for n, p in broker_pods().items()}
+
+
+def ready_since(pod):
+    """When the pod last became Ready (its condition's transition time), or None."""
+    for c in (pod.get("status") or {}).get("conditions", []):
+        if c["type"] == "Ready" and c["status"] == "True":
+            return c["lastTransitionTime"]
+    return None
+
+
+def restart_events():
+    """(time, pod, note) of every RestartingBroker event, oldest first."""
+    out = []
+    for e in kjson("get", "events", "-n", NS)["items"]:
+        if e.get("reason") != "RestartingBroker":
+            continue
+        note = e.get("note") or e.get("message", "")
+        when = e.get("eventTime") or e.get("lastTimestamp") or e["metadata"]["creationTimestamp"]
+        pods = [n for n in (f"events-broker-{i}" for i in range(BROKERS + 1)) if f"deleting {n}:" in note]
+        out.append((when, pods[0] if pods else note, note))
+    return sorted(out)
 
 
 HOSTS = tempfile.NamedTemporaryFile("w", prefix="oxbow-e2e-hosts", delete=False).name
@@ -155,7 +195,8 @@ def main():
 
     step("bad Clusters are refused by the schema")
     bad = {
-        "replicas: 3": (cluster_yaml(replicas=3), "replicas must be 1"),
+        "2 controllers": (cluster_yaml(controllers=2), "controllers.replicas must be 1, 3 or 5"),
+        "fewer brokers than controllers": (cluster_yaml(replicas=1), "replicas must be at least controllers.replicas"),
         "a reserved config key": (cluster_yaml({"node.id": "7"}), "the operator sets them"),
     }
     for what, (manifest, message) in bad.items():
@@ -163,15 +204,21 @@ def main():
         if p.returncode == 0 or message not in p.stderr:
             fail(f"a Cluster with {what} was not refused with '{message}': rc={p.returncode} {p.stderr}")
 
-    step("a Cluster of 1 broker becomes Ready")
+    step(f"a Cluster of {BROKERS} brokers (all of them controllers) becomes Ready, with its quorum in the status")
     kubectl("apply", "-f", "-", input=cluster_yaml())
-    c = wait("Cluster events Ready", cluster_ready("events"))
+    c = wait("Cluster events Ready", cluster_ready("events"), 300)
+    c = wait("the quorum in the status", lambda: (x := kjson("get", "cluster", "-n", NS, "events"))
+             and (x["status"].get("quorum") or {}).get("leader") is not None and x, 90)
     st = c["status"]
-    if st["readyBrokers"] != 1 or st["bootstrapServers"] != f"events-bootstrap.{NS}.svc.cluster.local:9092":
+    if st["readyBrokers"] != BROKERS or st["bootstrapServers"] != f"events-bootstrap.{NS}.svc.cluster.local:9092":
         fail(f"status: {st}")
-    pvc = kjson("get", "pvc", "-n", NS, "data-events-broker-0")
-    if pvc["status"]["phase"] != "Bound":
-        fail(f"claim not bound: {pvc['status']}")
+    if st["quorum"]["voters"] != list(range(BROKERS)) or st["quorum"]["leader"] not in range(BROKERS):
+        fail(f"quorum status: {st['quorum']}")
+    step(f"quorum: voters {st['quorum']['voters']}, leader {st['quorum']['leader']}")
+    for i in range(BROKERS):
+        pvc = kjson("get", "pvc", "-n", NS, f"data-events-broker-{i}")
+        if pvc["status"]["phase"] != "Bound":
+            fail(f"claim {i} not bound: {pvc['status']}")
 
     step("kcat inside the cluster: metadata, produce, consume")
     kubectl("run", "client", "-n", NS, "--image=localhost/oxbow/toolbox:dev", "--restart=Never",
@@ -179,52 +226,68 @@ def main():
     wait("client pod", lambda: kjson("get", "pod", "-n", NS, "client")["status"].get("phase") == "Running", 90)
     # A namespace recreated with the same names can meet DNS answers cached from the last one
     # (TTL 30 s): wait until the bootstrap name leads to this broker.
-    want_host = f"events-broker-0.events-brokers.{NS}.svc.cluster.local"
+    def host(i):
+        return f"events-broker-{i}.events-brokers.{NS}.svc.cluster.local:9092"
 
     def metadata():
         p = run("kubectl", "exec", "-n", NS, "client", "--", "kcat", "-b", "events-bootstrap:9092", "-L", "-J",
                 "-m", "5", check=False)
         return json.loads(p.stdout) if p.returncode == 0 else None
 
-    md = wait("kcat metadata through events-bootstrap", metadata, 90)
-    if [(b["id"], b["name"]) for b in md["brokers"]] != [(0, f"{want_host}:9092")]:
-        fail(f"metadata brokers: {md['brokers']}")
+    def brokers_are(n):
+        def check():
+            md = metadata()
+            got = sorted((b["id"], b["name"]) for b in (md or {}).get("brokers", []))
+            return md if got == [(i, host(i)) for i in range(n)] else None
+        return check
+
+    wait(f"kcat metadata through events-bootstrap: brokers 0..{BROKERS - 1}", brokers_are(BROKERS), 90)
     records = "".join(f"record-{i}\n" for i in range(50))
     kcat("-P", "-t", "e2e", "-p", "0", input=records)  # the broker creates the topic on first use
     got = kcat("-C", "-t", "e2e", "-p", "0", "-o", "beginning", "-e", "-q")
     if got != records:
         fail(f"read back {len(got.splitlines())} records, want 50")
 
-    step("a static config change restarts the broker once and applies the config")
-    pod_before = kjson("get", "pod", "-n", NS, "events-broker-0")["metadata"]["uid"]
+    step("a static config change restarts every broker once, one at a time, the active controller last")
+    before = pod_uids()
+    leader_before = st["quorum"]["leader"]
     kubectl("apply", "-f", "-", input=cluster_yaml({"num.partitions": "3"}))
-    c = wait("Cluster events Ready after the restart", cluster_ready("events"), 240)
-    pod = kjson("get", "pod", "-n", NS, "events-broker-0")
-    if pod["metadata"]["uid"] == pod_before:
-        fail("the broker pod was not restarted")
-    restarts = [e for e in kjson("get", "events", "-n", NS)["items"] if e.get("reason") == "RestartingBroker"]
-    if len(restarts) != 1 or "events-broker-0" not in (restarts[0].get("note") or restarts[0].get("message", "")):
-        fail(f"RestartingBroker events: {restarts}")
+    wait("every broker restarted", lambda: all(pod_uids().get(n) not in (None, u) for n, u in before.items()), 600)
+    c = wait("Cluster events Ready after the roll", cluster_ready("events"), 300)
+    restarts = restart_events()
+    order = [pod for _, pod, _ in restarts]
+    step(f"restart order: {order} (active controller before the roll: {leader_before})")
+    if sorted(order) != sorted(before):
+        fail(f"each broker should restart exactly once; RestartingBroker events: {restarts}")
+    # The operator restarts the active controller last and says so in the event.
+    if [("active controller" in note) for _, _, note in restarts] != [False] * (BROKERS - 1) + [True]:
+        fail(f"the active controller was not restarted last: {restarts}")
+    pods = broker_pods()
+    for (_, pod, _), (next_when, _, _) in zip(restarts, restarts[1:]):
+        since = ready_since(pods[pod])
+        # Seconds precision on both sides: Ready no later than the next restart began.
+        if since is None or since[:19] > next_when[:19]:
+            fail(f"{pod} was Ready at {since}, after the next restart at {next_when}")
     cfg = kjson("get", "configmap", "-n", NS, "events-config")["data"]["server.properties"]
     if "num.partitions=3\n" not in cfg:
         fail(f"server.properties: {cfg}")
-    logs = kubectl("logs", "-n", NS, "events-broker-0")
-    loaded = [line for line in logs.splitlines() if "storage loaded" in line]
-    if len(loaded) != 1 or "recovered_partitions=0" not in loaded[0]:
-        fail(f"the restarted broker did not start from a clean shutdown: {loaded}")
+    for name in pods:
+        loaded = [line for line in kubectl("logs", "-n", NS, name).splitlines() if "storage loaded" in line]
+        if len(loaded) != 1 or "recovered_partitions=0" not in loaded[0]:
+            fail(f"{name} did not start from a clean shutdown: {loaded}")
     got = kcat("-C", "-t", "e2e", "-p", "0", "-o", "beginning", "-e", "-q")
     if got != records:
-        fail(f"after the restart read {len(got.splitlines())} records, want 50")
+        fail(f"after the roll read {len(got.splitlines())} records, want 50")
     kcat("-P", "-t", "auto3", input="x\n")  # auto-created with the new num.partitions
     parts = {t["topic"]: len(t["partitions"]) for t in json.loads(kcat("-L", "-J"))["topics"]}
     if parts.get("auto3") != 3:
         fail(f"auto-created topic partitions after num.partitions=3: {parts}")
+    after_roll = pod_uids()
     time.sleep(5)  # a second, wrong restart would show within a reconcile or two
-    if kjson("get", "pod", "-n", NS, "events-broker-0")["metadata"]["uid"] != pod["metadata"]["uid"]:
-        fail("the broker restarted a second time")
+    if pod_uids() != after_roll:
+        fail("a broker restarted a second time")
 
-    step("a dynamic config change applies to the running broker without a restart")
-    broker_uid = pod["metadata"]["uid"]
+    step("a dynamic config change applies to the running brokers without a restart")
     kubectl("apply", "-f", "-", input=cluster_yaml({"num.partitions": "3", "log.retention.ms": "3600000"}))
     wait("the ConfigChangedDynamically event", lambda: [
         e for e in kjson("get", "events", "-n", NS)["items"] if e.get("reason") == "ConfigChangedDynamically"
@@ -234,8 +297,8 @@ def main():
     if describe("e2e")[3].get("retention.ms") != "3600000":
         fail(f"topic e2e after the dynamic change: {describe('e2e')}")
     time.sleep(5)
-    if kjson("get", "pod", "-n", NS, "events-broker-0")["metadata"]["uid"] != broker_uid:
-        fail("a dynamic config change restarted the broker")
+    if pod_uids() != after_roll:
+        fail("a dynamic config change restarted a broker")
     if condition(c, "Reconciling").get("status") != "False":
         fail(f"Reconciling after the dynamic change: {condition(c, 'Reconciling')}")
 
@@ -283,6 +346,30 @@ def main():
     if "orders" in listed or "legacy" not in listed:
         fail(f"after deleting the Topics, kafka-topics --list shows {listed}")
 
+    step("kubectl scale: a 4th broker joins (following the quorum); scaling down waits while it holds partitions")
+    kubectl("scale", "cluster/events", "-n", NS, "--replicas=4")
+    wait("4 brokers Ready", lambda: (x := kjson("get", "cluster", "-n", NS, "events"))["status"].get("readyBrokers")
+         == 4 and condition(x, "Ready").get("status") == "True", 300)
+    wait("kcat metadata: brokers 0..3", brokers_are(4), 90)
+    kafka_topics("--create", "--topic", "spread", "--partitions", "8")
+    placed = {r["leader"] for t in json.loads(kcat("-L", "-J", "-t", "spread"))["topics"] for r in t["partitions"]}
+    if 3 not in placed:
+        fail(f"partitions of spread led by {placed}: none on the new broker")
+    kubectl("scale", "cluster/events", "-n", NS, "--replicas=3")
+    c = wait("ScaleDownBlocked", lambda: (x := kjson("get", "cluster", "-n", NS, "events"))
+             and condition(x, "ScaleDownBlocked").get("status") == "True" and x, 60)
+    if "broker 3 holds" not in condition(c, "ScaleDownBlocked")["message"]:
+        fail(f"ScaleDownBlocked: {condition(c, 'ScaleDownBlocked')}")
+    step(f"held back: {condition(c, 'ScaleDownBlocked')['message']}")
+    if "events-broker-3" not in broker_pods():
+        fail("broker 3 was removed while it held partitions")
+    kafka_topics("--delete", "--topic", "spread")
+    wait("broker 3 removed once it holds nothing", lambda: "events-broker-3" not in broker_pods(), 180)
+    c = wait("Cluster events Ready with 3 brokers", cluster_ready("events"), 120)
+    if condition(c, "ScaleDownBlocked").get("status") != "False" or c["status"]["readyBrokers"] != 3:
+        fail(f"after the scale-down: {c['status']}")
+    broker_uids = pod_uids()
+
     step("helm upgrade restarts the operator and no broker")
     op_before = {p["metadata"]["uid"] for p in kjson("get", "pods", "-n", OP_NS)["items"]}
     run("helm", "upgrade", "oxbow", CHART, "-n", OP_NS, *HELM_SET, "--set", "logLevel=debug", "--wait",
@@ -293,8 +380,8 @@ def main():
         fail(f"operator pods before {op_before}, after {op_after}")
     wait("Cluster events Ready under the new operator", cluster_ready("events"), 60)
     time.sleep(5)
-    if kjson("get", "pod", "-n", NS, "events-broker-0")["metadata"]["uid"] != broker_uid:
-        fail("helm upgrade restarted the broker")
+    if pod_uids() != broker_uids:
+        fail("helm upgrade restarted a broker")
 
     step("two operator replicas: one holds the Lease; when it stops, the other takes over and reconciles")
     run("helm", "upgrade", "oxbow", CHART, "-n", OP_NS, *HELM_SET, "--set", "replicaCount=2", "--wait",

@@ -32,6 +32,8 @@ use crate::crd::Cluster;
 
 /// Kafka port of every broker.
 pub const KAFKA_PORT: i32 = 9092;
+/// CONTROLLER listener (the metadata quorum's gRPC) of every broker.
+pub const CONTROLLER_PORT: i32 = 9093;
 /// Health port (`/livez`, `/readyz`) of every broker.
 pub const HEALTH_PORT: i32 = 8080;
 /// Where a broker's volume is mounted; its log dirs live below.
@@ -100,14 +102,42 @@ fn common_labels(cluster: &str) -> BTreeMap<String, String> {
     l
 }
 
-/// `server.properties` for every broker of the cluster: the operator's defaults, then
+/// The cluster id every broker is started with: the Cluster's uid, as Kafka writes ids
+/// (URL-safe base64 of its 16 bytes, 22 characters). Stable for the life of the resource.
+pub fn cluster_id(cluster: &Cluster) -> String {
+    let uid = cluster.metadata.uid.as_deref().and_then(|u| uuid::Uuid::parse_str(u).ok()).unwrap_or_default();
+    crate::kafka::topic_id_string(&uid)
+}
+
+/// `controller.quorum.voters`: brokers 0..controllers-1 by their stable DNS names.
+pub fn quorum_voters(cluster: &Cluster, settings: &Settings) -> String {
+    let names = Names::of(&cluster.name_any());
+    let ns = cluster.namespace().unwrap_or_default();
+    (0..cluster.spec.controller_count())
+        .map(|i| {
+            format!(
+                "{i}@{}-{i}.{}.{ns}.svc.{}:{CONTROLLER_PORT}",
+                names.stateful_set, names.headless, settings.cluster_domain
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `server.properties` for every broker of the cluster: the operator's defaults (listeners, log
+/// dir, health listener, the quorum: every broker runs `broker,controller`, the first
+/// `controllers.replicas` are the voters and the others follow the quorum as observers), then
 /// `spec.config` (reserved keys are refused by the schema). Per-broker keys (node.id,
 /// advertised.listeners) are passed as `--override` arguments instead.
-pub fn server_properties(cluster: &Cluster) -> String {
+pub fn server_properties(cluster: &Cluster, settings: &Settings) -> String {
     let mut props: BTreeMap<String, String> = BTreeMap::from([
-        ("listeners".into(), format!("PLAINTEXT://0.0.0.0:{KAFKA_PORT}")),
+        ("listeners".into(), format!("PLAINTEXT://0.0.0.0:{KAFKA_PORT},CONTROLLER://0.0.0.0:{CONTROLLER_PORT}")),
         ("log.dirs".into(), format!("{DATA_DIR}/data")),
         ("oxbow.http.listener".into(), format!("0.0.0.0:{HEALTH_PORT}")),
+        ("process.roles".into(), "broker,controller".into()),
+        ("controller.listener.names".into(), "CONTROLLER".into()),
+        ("controller.quorum.voters".into(), quorum_voters(cluster, settings)),
+        ("cluster.id".into(), cluster_id(cluster)),
     ]);
     for (k, v) in &cluster.spec.config {
         props.insert(k.clone(), v.clone());
@@ -186,7 +216,7 @@ pub fn desired(cluster: &Cluster, settings: &Settings) -> Desired {
     let name = cluster.name_any();
     let ns = cluster.namespace().unwrap_or_default();
     let names = Names::of(&name);
-    let properties = server_properties(cluster);
+    let properties = server_properties(cluster, settings);
     // Only keys that need a restart count: dynamic ones are applied to running brokers (and are
     // in the file for the next start).
     let restart_relevant: String = properties
@@ -202,19 +232,20 @@ pub fn desired(cluster: &Cluster, settings: &Settings) -> Desired {
         ..Default::default()
     };
 
-    let kafka_port = || ServicePort {
-        name: Some("kafka".into()),
-        port: KAFKA_PORT,
-        target_port: Some(IntOrString::Int(KAFKA_PORT)),
+    let port = |name: &str, port: i32| ServicePort {
+        name: Some(name.into()),
+        port,
+        target_port: Some(IntOrString::Int(port)),
         ..Default::default()
     };
+    let kafka_port = || port("kafka", KAFKA_PORT);
     let headless = Service {
         metadata: meta(cluster, &names.headless),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
             publish_not_ready_addresses: Some(true),
             selector: Some(selector_labels(&name)),
-            ports: Some(vec![kafka_port()]),
+            ports: Some(vec![kafka_port(), port("controller", CONTROLLER_PORT)]),
             ..Default::default()
         }),
         ..Default::default()
@@ -301,6 +332,7 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
         env: Some(env),
         ports: Some(vec![
             ContainerPort { name: Some("kafka".into()), container_port: KAFKA_PORT, ..Default::default() },
+            ContainerPort { name: Some("controller".into()), container_port: CONTROLLER_PORT, ..Default::default() },
             ContainerPort { name: Some("health".into()), container_port: HEALTH_PORT, ..Default::default() },
         ]),
         readiness_probe: Some(probe("/readyz", 3)),

@@ -14,7 +14,68 @@
 //!    `min.insync.replicas`, a quorum that would lose its caught-up majority); if it objects,
 //!    wait and say why.
 
+use std::collections::BTreeMap;
 use std::fmt;
+
+use crate::kafka::Quorum;
+
+/// A voter is caught up when its log end offset is within this many records of the quorum's
+/// high watermark (followers trail the leader by the records in flight).
+pub const CAUGHT_UP_RECORDS: i64 = 100;
+
+/// Why restarting `pod` would leave the metadata quorum without a caught-up majority, or `None`
+/// if it would not. `controllers`: the number of voters configured. With one voter its restart
+/// is unavoidable (and brief); with more, the others must be known and caught up.
+pub fn quorum_unsafe(pod: &PodState, controllers: i32, quorum: Option<&Quorum>) -> Option<String> {
+    if !pod.controller || controllers <= 1 {
+        return None;
+    }
+    let Some(q) = quorum else {
+        return Some("the metadata quorum's state is unknown (DescribeQuorum did not answer)".into());
+    };
+    let majority = q.voters.len() / 2 + 1;
+    let others: Vec<i32> = q
+        .voters
+        .iter()
+        .filter(|(id, leo)| *id != pod.ordinal && *leo >= 0 && leo + CAUGHT_UP_RECORDS >= q.high_watermark)
+        .map(|(id, _)| *id)
+        .collect();
+    (others.len() < majority).then(|| {
+        format!(
+            "without it the quorum would have {} caught-up voter(s) {others:?} of the {majority} a majority of {} needs",
+            others.len(),
+            q.voters.len()
+        )
+    })
+}
+
+/// How many brokers the StatefulSet should run: `want` (the spec), unless that removes brokers
+/// that still hold partition replicas (or it cannot be checked): then `current`, and why.
+/// `replicas_per_broker`: how many partition replicas each broker id holds.
+pub fn scale_to(current: i32, want: i32, replicas_per_broker: Option<&BTreeMap<i32, usize>>) -> (i32, Option<String>) {
+    if want >= current {
+        return (want, None);
+    }
+    let Some(held) = replicas_per_broker else {
+        return (current, Some(format!("scaling to {want} waits: the brokers could not be asked what they hold")));
+    };
+    let holding: Vec<String> = (want..current)
+        .filter_map(|id| {
+            held.get(&id).filter(|n| **n > 0).map(|n| format!("broker {id} holds {n} partition replica(s)"))
+        })
+        .collect();
+    if holding.is_empty() {
+        (want, None)
+    } else {
+        (
+            current,
+            Some(format!(
+                "scaling to {want} waits: {}; move or delete them first (partition reassignment is not automated yet)",
+                holding.join(", ")
+            )),
+        )
+    }
+}
 
 /// One broker pod, as observed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,11 +140,16 @@ pub fn plan(pods: &[PodState], unsafe_to_restart: impl Fn(&PodState) -> Option<S
     let next = stale[0];
     match unsafe_to_restart(next) {
         Some(why) => Decision::Wait { reason: format!("{} cannot restart yet: {why}", next.name) },
+        None if next.active_controller => Decision::Restart {
+            pod: next.name.clone(),
+            reason: "runs an old template or config; the active controller, restarted last".into(),
+        },
         None => Decision::Restart { pod: next.name.clone(), reason: "runs an old template or config".into() },
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -174,12 +240,45 @@ mod tests {
                     }
                 })
                 .collect();
-        assert_eq!(plan(&after, safe), restart("c-broker-1"));
+        assert_eq!(
+            plan(&after, safe),
+            Decision::Restart {
+                pod: "c-broker-1".into(),
+                reason: "runs an old template or config; the active controller, restarted last".into()
+            }
+        );
         let after: Vec<_> = after
             .iter()
             .map(|p| if p.ordinal == 1 { PodState { up_to_date: true, ..p.clone() } } else { p.clone() })
             .collect();
         assert_eq!(plan(&after, safe), restart("c-broker-0"));
+    }
+
+    #[test]
+    fn a_controller_restarts_only_with_a_caught_up_majority_behind() {
+        let c = |o| PodState { controller: true, ..pod(o) };
+        let q = Quorum { leader: Some(0), high_watermark: 1000, voters: vec![(0, 1000), (1, 990), (2, 10)] };
+        // Voter 2 lags: restarting 1 would leave only 0 caught up.
+        assert!(quorum_unsafe(&c(1), 3, Some(&q)).unwrap().contains("1 caught-up voter(s) [0]"));
+        // Restarting the lagging one leaves 0 and 1.
+        assert_eq!(quorum_unsafe(&c(2), 3, Some(&q)), None);
+        let caught_up = Quorum { voters: vec![(0, 1000), (1, 990), (2, 1000)], ..q.clone() };
+        assert_eq!(quorum_unsafe(&c(1), 3, Some(&caught_up)), None);
+        assert!(quorum_unsafe(&c(1), 3, None).unwrap().contains("unknown"));
+        // A broker that is not a voter, or the only voter, is not held back by the quorum.
+        assert_eq!(quorum_unsafe(&pod(4), 3, None), None);
+        assert_eq!(quorum_unsafe(&c(0), 1, None), None);
+    }
+
+    #[test]
+    fn scaling_down_waits_while_leaving_brokers_hold_partitions() {
+        let held = BTreeMap::from([(0, 3), (1, 2), (3, 1)]);
+        assert_eq!(scale_to(3, 5, Some(&held)), (5, None));
+        let (n, why) = scale_to(4, 3, Some(&held));
+        assert_eq!(n, 4);
+        assert!(why.unwrap().contains("broker 3 holds 1 partition replica(s)"));
+        assert_eq!(scale_to(4, 2, Some(&BTreeMap::from([(0, 3), (1, 1)]))), (2, None));
+        assert_eq!(scale_to(4, 3, None).0, 4);
     }
 
     #[test]

@@ -7,7 +7,8 @@ use kube::ResourceExt;
 use super::desired::{self, CONFIG_HASH_ANNOTATION, KAFKA_PORT, Names, Settings};
 use super::restart::{Decision, PodState};
 use crate::conditions::condition;
-use crate::crd::{BrokerStatus, Cluster, ClusterStatus};
+use crate::crd::{BrokerStatus, Cluster, ClusterStatus, QuorumStatus};
+use crate::kafka::Quorum;
 
 fn pod_ready(pod: &Pod) -> bool {
     pod.status
@@ -16,10 +17,13 @@ fn pod_ready(pod: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// One [`PodState`] per expected broker ordinal (0..replicas), from the StatefulSet and the pods.
-pub fn observe(cluster: &Cluster, sts: &StatefulSet, pods: &[Pod]) -> Vec<PodState> {
+/// One [`PodState`] per expected broker ordinal (0..replicas of the StatefulSet), from the
+/// StatefulSet, the pods and the quorum (when the brokers could be asked).
+pub fn observe(cluster: &Cluster, sts: &StatefulSet, pods: &[Pod], quorum: Option<&Quorum>) -> Vec<PodState> {
     let names = Names::of(&cluster.name_any());
-    let replicas = cluster.spec.replicas.max(0);
+    let replicas = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(cluster.spec.replicas).max(0);
+    let controllers = cluster.spec.controller_count();
+    let leader = quorum.and_then(|q| q.leader).or((controllers == 1).then_some(0));
     let update_revision = sts.status.as_ref().and_then(|s| s.update_revision.clone());
     let want_hash = sts
         .spec
@@ -43,9 +47,9 @@ pub fn observe(cluster: &Cluster, sts: &StatefulSet, pods: &[Pod]) -> Vec<PodSta
                 terminating: pod.is_some_and(|p| p.metadata.deletion_timestamp.is_some()),
                 ready: pod.is_some_and(pod_ready),
                 up_to_date: pod.is_none() || (revision_current && hash == want_hash),
-                // Combined roles: every broker is a controller, and the single node leads.
-                controller: true,
-                active_controller: replicas == 1,
+                // Combined roles: the first `controllers` brokers are the voters.
+                controller: ordinal < controllers,
+                active_controller: leader == Some(ordinal),
             }
         })
         .collect()
@@ -56,13 +60,14 @@ pub fn status(
     cluster: &Cluster,
     pods: &[PodState],
     decision: &Decision,
-    config_note: Option<&str>,
+    notes: &Notes,
     names: &Names,
     settings: &Settings,
 ) -> ClusterStatus {
+    let config_note = notes.config.as_deref();
     let generation = cluster.metadata.generation.unwrap_or_default();
     let old = cluster.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
-    let replicas = cluster.spec.replicas;
+    let replicas = pods.len() as i32;
     let ready = pods.iter().filter(|p| p.ready && p.exists).count() as i32;
     let current = pods.iter().all(|p| p.up_to_date);
     let all_ready = ready == replicas;
@@ -78,7 +83,7 @@ pub fn status(
     let not_ready: Vec<&str> = pods.iter().filter(|p| !p.ready).map(|p| p.name.as_str()).collect();
     let degraded = !not_ready.is_empty() && !restarting && current;
     let ns = cluster.namespace().unwrap_or_default();
-    let conditions = vec![
+    let mut conditions = vec![
         condition(&old, "Ready", all_ready && current, ready_reason, ready_msg, generation),
         match config_note {
             Some(note) => condition(&old, "Reconciling", true, "DynamicConfigPending", note.to_string(), generation),
@@ -108,6 +113,15 @@ pub fn status(
             generation,
         ),
     ];
+    let blocked = notes.scale_down_blocked.as_deref();
+    conditions.push(condition(
+        &old,
+        "ScaleDownBlocked",
+        blocked.is_some(),
+        if blocked.is_some() { "BrokersHoldPartitions" } else { "NotBlocked" },
+        blocked.unwrap_or("no scale-down is waiting").to_string(),
+        generation,
+    ));
     ClusterStatus {
         conditions,
         observed_generation: Some(generation),
@@ -134,6 +148,20 @@ pub fn status(
                 up_to_date: p.up_to_date,
             })
             .collect(),
-        quorum: None,
+        quorum: notes
+            .quorum
+            .as_ref()
+            .map(|q| QuorumStatus { leader: q.leader, voters: q.voters.iter().map(|(id, _)| *id).collect() }),
     }
+}
+
+/// What the reconcile learned besides the pods, for the status.
+#[derive(Clone, Debug, Default)]
+pub struct Notes {
+    /// Dynamic configs not applied yet, and why.
+    pub config: Option<String>,
+    /// A scale-down held back, and why.
+    pub scale_down_blocked: Option<String>,
+    /// The metadata quorum, if the brokers answered.
+    pub quorum: Option<Quorum>,
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use kube::core::ObjectMeta;
 
 use super::*;
-use crate::crd::{Cluster, ClusterSpec, PodOverrides, PullPolicy, StorageSpec};
+use crate::crd::{Cluster, ClusterSpec, ControllerMode, ControllersSpec, PodOverrides, PullPolicy, StorageSpec};
 
 fn settings() -> Settings {
     Settings { broker_image: "ghcr.io/oxbow/oxbow-broker:0.1.0".into(), cluster_domain: "cluster.local".into() }
@@ -62,7 +62,8 @@ fn minimal_cluster() {
 #[test]
 fn cluster_with_every_override() {
     let c = cluster(ClusterSpec {
-        replicas: 1,
+        replicas: 4,
+        controllers: Some(ControllersSpec { mode: ControllerMode::Combined, replicas: 3 }),
         image: Some("localhost/oxbow/oxbow-broker:dev".into()),
         image_pull_policy: Some(PullPolicy::IfNotPresent),
         storage: StorageSpec { size: "1Gi".into(), storage_class: Some("fast".into()), ephemeral: false },
@@ -105,7 +106,7 @@ fn a_static_config_change_changes_the_template_hash_and_nothing_else_in_the_temp
     assert_ne!(template_annotations(&da), template_annotations(&db));
     let spec = |d: &Desired| d.stateful_set.spec.as_ref().and_then(|s| s.template.spec.clone());
     assert_eq!(spec(&da), spec(&db));
-    assert!(server_properties(&b).contains("num.partitions=6\n"));
+    assert!(server_properties(&b, &settings()).contains("num.partitions=6\n"));
 }
 
 #[test]
@@ -116,9 +117,27 @@ fn a_dynamic_config_change_is_in_the_file_but_does_not_change_the_template() {
     b.spec.config.insert("log.segment.bytes".into(), "1048576".into());
     let (da, db) = (desired(&a, &settings()), desired(&b, &settings()));
     assert_eq!(da.stateful_set, db.stateful_set);
-    assert!(server_properties(&b).contains("log.retention.ms=1000\n"));
+    assert!(server_properties(&b, &settings()).contains("log.retention.ms=1000\n"));
     assert_eq!(dynamic_config(&b).len(), 2);
     assert!(dynamic_config(&a).is_empty());
+}
+
+#[test]
+fn the_first_brokers_are_the_voters_and_the_cluster_id_comes_from_the_uid() {
+    let c = cluster(ClusterSpec {
+        replicas: 5,
+        controllers: Some(ControllersSpec { mode: ControllerMode::Combined, replicas: 3 }),
+        ..Default::default()
+    });
+    let props = server_properties(&c, &settings());
+    let host = |i: i32| format!("{i}@events-broker-{i}.events-brokers.streaming.svc.cluster.local:9093");
+    assert!(props.contains(&format!("controller.quorum.voters={},{},{}\n", host(0), host(1), host(2))), "{props}");
+    assert!(props.contains("process.roles=broker,controller\n"));
+    // 6f1c7d4e-0000-4000-8000-000000000001 in Kafka's id form.
+    assert!(props.contains(&format!("cluster.id={}\n", cluster_id(&c))));
+    assert_eq!(cluster_id(&c).len(), 22);
+    let one = cluster(ClusterSpec { replicas: 2, ..Default::default() });
+    assert!(server_properties(&one, &settings()).contains(&format!("controller.quorum.voters={}\n", host(0))));
 }
 
 fn template_annotations(d: &Desired) -> Option<BTreeMap<String, String>> {
