@@ -259,9 +259,11 @@ def main():
     step(f"restart order: {order} (active controller before the roll: {leader_before})")
     if sorted(order) != sorted(before):
         fail(f"each broker should restart exactly once; RestartingBroker events: {restarts}")
-    # The operator restarts the active controller last and says so in the event.
-    if [("active controller" in note) for _, _, note in restarts] != [False] * (BROKERS - 1) + [True]:
-        fail(f"the active controller was not restarted last: {restarts}")
+    # The active controller is restarted only when no other stale controller is left (the event
+    # says so). Leadership may move during the roll (a restarted voter can win an election), so
+    # which broker that is is decided at each step, not before the roll.
+    if any("active controller" in note for _, _, note in restarts[:-1]):
+        fail(f"the active controller was restarted before other controllers: {restarts}")
     pods = broker_pods()
     for (_, pod, _), (next_when, _, _) in zip(restarts, restarts[1:]):
         since = ready_since(pods[pod])
