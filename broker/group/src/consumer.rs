@@ -281,13 +281,37 @@ impl ConsumerGroup {
 
     /// Every record that stores the group as it is now (Kafka's ConsumerGroup* records).
     pub fn stored(&self) -> BTreeMap<ConsumerKey, ConsumerValue> {
-        let mut out = BTreeMap::new();
-        out.insert(
-            ConsumerKey::Metadata,
-            ConsumerValue::Metadata { epoch: self.epoch, metadata_hash: self.metadata_hash },
-        );
-        out.insert(ConsumerKey::TargetMetadata, ConsumerValue::TargetMetadata { assignment_epoch: self.target_epoch });
+        let mut out = self.stored_group();
         for m in self.members.values() {
+            self.stored_member(m, &mut out);
+        }
+        out
+    }
+
+    /// The group-level records and those of the named members (the part of [`Self::stored`] a
+    /// heartbeat that moves no epoch can change).
+    pub fn stored_for(&self, members: &[String]) -> BTreeMap<ConsumerKey, ConsumerValue> {
+        let mut out = self.stored_group();
+        for m in members.iter().filter_map(|id| self.members.get(id)) {
+            self.stored_member(m, &mut out);
+        }
+        out
+    }
+
+    /// The member id holding a static instance id.
+    pub fn instance_holder(&self, instance: &str) -> Option<&String> {
+        self.instances.get(instance)
+    }
+
+    fn stored_group(&self) -> BTreeMap<ConsumerKey, ConsumerValue> {
+        BTreeMap::from([
+            (ConsumerKey::Metadata, ConsumerValue::Metadata { epoch: self.epoch, metadata_hash: self.metadata_hash }),
+            (ConsumerKey::TargetMetadata, ConsumerValue::TargetMetadata { assignment_epoch: self.target_epoch }),
+        ])
+    }
+
+    fn stored_member(&self, m: &ConsumerMember, out: &mut BTreeMap<ConsumerKey, ConsumerValue>) {
+        {
             out.insert(
                 ConsumerKey::Member(m.id.clone()),
                 ConsumerValue::Member(MemberValue {
@@ -315,7 +339,6 @@ impl ConsumerGroup {
                 out.insert(ConsumerKey::TargetMember(m.id.clone()), ConsumerValue::TargetMember(t.clone()));
             }
         }
-        out
     }
 
     /// Rebuilds a group from its stored records (`None` without a group epoch record).

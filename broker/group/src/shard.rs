@@ -422,19 +422,19 @@ impl Shard {
         req: &HeartbeatRequest,
         catalog: &Catalog,
         now: i64,
-    ) -> HeartbeatResponse {
+    ) -> (HeartbeatResponse, Undo) {
+        let undo = self.snapshot(group);
         if !self.consumer.contains_key(group) {
             if let Some(g) = self.groups.get(group)
                 && g.state() != GroupState::Empty
                 && g.state() != GroupState::Dead
             {
-                return HeartbeatResponse::error(E::GroupIdNotFound, format!("Group {group} is not a consumer group."));
+                let msg = format!("Group {group} is not a consumer group.");
+                return (HeartbeatResponse::error(E::GroupIdNotFound, msg), undo);
             }
             if req.member_epoch != crate::consumer::JOIN_EPOCH {
-                return HeartbeatResponse::error(
-                    E::UnknownMemberId,
-                    format!("Member {} is not a member of group {group}.", req.member_id),
-                );
+                let msg = format!("Member {} is not a member of group {group}.", req.member_id);
+                return (HeartbeatResponse::error(E::UnknownMemberId, msg), undo);
             }
             if self.groups.remove(group).is_some() {
                 // The empty classic group's stored state goes; its offsets stay.
@@ -443,12 +443,23 @@ impl Shard {
             self.consumer.insert(group.to_string(), ConsumerGroup::new(group, &self.consumer_cfg, now));
         }
         let Some(c) = self.consumer.get_mut(group) else {
-            return HeartbeatResponse::error(E::UnknownServerError, "group vanished");
+            return (HeartbeatResponse::error(E::UnknownServerError, "group vanished"), undo);
         };
-        let before = c.stored();
+        // Without a new group or target epoch a heartbeat changes only the group-level records
+        // and those of its member (and of the static member it replaces): diff just those.
+        let mut scope = vec![req.member_id.clone()];
+        scope.extend(req.instance_id.as_deref().and_then(|i| c.instance_holder(i)).cloned());
+        let epochs = (c.epoch(), c.target_epoch());
+        let before = c.stored_for(&scope);
         let r = c.heartbeat(req, &self.consumer_cfg, catalog, now);
-        self.pending.extend(consumer_writes(group, &before, &c.stored()));
-        r
+        let writes = if (c.epoch(), c.target_epoch()) == epochs {
+            consumer_writes(group, &before, &c.stored_for(&scope))
+        } else {
+            let before = undo.consumer.as_ref().map(ConsumerGroup::stored).unwrap_or_default();
+            consumer_writes(group, &before, &c.stored())
+        };
+        self.pending.extend(writes);
+        (r, undo)
     }
 
     /// The records the last operations want written (consumer protocol group changes,
@@ -656,36 +667,72 @@ mod tests {
         // An empty classic group (offsets only) becomes a consumer group: its record goes.
         s.validate_commit("g", "", None, -1, 9, 0).unwrap();
         let mut log = Vec::new();
-        let a = s.consumer_heartbeat("g", &join("a"), &catalog, 0);
+        let a = s.consumer_heartbeat("g", &join("a"), &catalog, 0).0;
         log.extend(s.take_writes());
         assert!(log.contains(&Write::Group { group: "g".into(), value: None }));
         s.consumer_heartbeat("g", &join("b"), &catalog, 0);
         log.extend(s.take_writes());
-        let r = s.consumer_heartbeat("g", &beat("a", 1, a.assignment.clone()), &catalog, 0);
+        let r = s.consumer_heartbeat("g", &beat("a", 1, a.assignment.clone()), &catalog, 0).0;
         log.extend(s.take_writes());
         let kept = r.assignment.unwrap();
         s.consumer_heartbeat("g", &beat("a", 1, Some(kept.clone())), &catalog, 0);
         log.extend(s.take_writes());
-        let rb = s.consumer_heartbeat("g", &beat("b", 2, Some(Default::default())), &catalog, 0);
+        let rb = s.consumer_heartbeat("g", &beat("b", 2, Some(Default::default())), &catalog, 0).0;
+        assert_eq!(rb.assignment.map(|a| crate::assignor::count(&a)), Some(2));
         log.extend(s.take_writes());
+        // What was written reproduces the group exactly.
+        assert_eq!(reload(&log, 0).consumer_group("g").unwrap().stored(), s.consumer_group("g").unwrap().stored());
+        // A static member's replacement: the old incarnation's records become tombstones.
+        let mut st = join("s1");
+        st.instance_id = Some("i".into());
+        s.consumer_heartbeat("g", &st, &catalog, 0);
+        let mut leave = beat("s1", s.consumer_group("g").unwrap().member("s1").unwrap().epoch, None);
+        leave.instance_id = Some("i".into());
+        s.consumer_heartbeat("g", &leave.clone_with_epoch(-2), &catalog, 0);
+        st.member_id = "s2".into();
+        let epochs = (s.consumer_group("g").unwrap().epoch(), s.consumer_group("g").unwrap().target_epoch());
+        s.consumer_heartbeat("g", &st, &catalog, 0);
+        assert_eq!(epochs, (s.consumer_group("g").unwrap().epoch(), s.consumer_group("g").unwrap().target_epoch()));
+        log.extend(s.take_writes());
+        let replayed = reload(&log, 0);
+        assert!(replayed.consumer_group("g").unwrap().member("s1").is_none());
+        assert_eq!(replayed.consumer_group("g").unwrap().stored(), s.consumer_group("g").unwrap().stored());
+        // s2 leaves for good; the group is back to a and b.
+        let e = s.consumer_group("g").unwrap().member("s2").unwrap().epoch;
+        let mut gone = beat("s2", e, None).clone_with_epoch(-1);
+        gone.instance_id = Some("i".into());
+        s.consumer_heartbeat("g", &gone, &catalog, 0);
+        log.extend(s.take_writes());
+        // a and b heartbeat (acknowledging what they are told) until the group is stable.
+        for _ in 0..4 {
+            for m in ["a", "b"] {
+                let e = s.consumer_group("g").unwrap().member(m).unwrap().epoch;
+                let owned = s.consumer_group("g").unwrap().member(m).unwrap().assigned.clone();
+                s.consumer_heartbeat("g", &beat(m, e, Some(owned)), &catalog, 0);
+                log.extend(s.take_writes());
+            }
+        }
+        assert_eq!(reload(&log, 0).consumer_group("g").unwrap().stored(), s.consumer_group("g").unwrap().stored());
         let before = s.consumer_group("g").unwrap().clone();
         assert_eq!(before.state(), crate::consumer::ConsumerGroupState::Stable);
+        let (ea, eb) = (before.member("a").unwrap().epoch, before.member("b").unwrap().epoch);
         // A steady heartbeat writes nothing.
-        s.consumer_heartbeat("g", &beat("b", 2, None), &catalog, 0);
+        s.consumer_heartbeat("g", &beat("b", eb, None), &catalog, 0);
         assert!(s.take_writes().is_empty());
 
         let mut t = reload(&log, 100);
         let g = t.consumer_group("g").unwrap();
         assert_eq!((g.epoch(), g.target_epoch()), (before.epoch(), before.target_epoch()));
-        assert_eq!(g.member("a").unwrap().assigned, kept);
-        assert_eq!(g.member("b").unwrap().assigned, rb.assignment.unwrap());
+        assert_eq!(g.member("a").unwrap().assigned, before.member("a").unwrap().assigned);
+        assert_eq!(g.member("b").unwrap().assigned, before.member("b").unwrap().assigned);
+        assert_eq!(crate::assignor::count(&g.member("a").unwrap().assigned), 2);
         assert_eq!(t.list()[0].group_type, "consumer");
         // Members carry on at their epochs: no new group epoch, no rebalance.
-        let r = t.consumer_heartbeat("g", &beat("a", 2, None), &catalog, 200);
-        assert_eq!((r.error, r.member_epoch, r.assignment), (E::None, 2, None));
+        let r = t.consumer_heartbeat("g", &beat("a", ea, None), &catalog, 200).0;
+        assert_eq!((r.error, r.member_epoch, r.assignment), (E::None, ea, None));
         assert_eq!(t.consumer_group("g").unwrap().epoch(), before.epoch());
         // Leaving: the member's records become tombstones; a reload no longer has it.
-        t.consumer_heartbeat("g", &beat("b", 2, None).clone_with_epoch(-1), &catalog, 300);
+        t.consumer_heartbeat("g", &beat("b", eb, None).clone_with_epoch(-1), &catalog, 300);
         let w = t.take_writes();
         assert!(
             w.iter()
@@ -696,7 +743,7 @@ mod tests {
         assert!(u.consumer_group("g").unwrap().member("b").is_none());
         // Deleting the empty group tombstones all of it.
         let mut v = reload(&log, 400);
-        v.consumer_heartbeat("g", &beat("a", 3, None).clone_with_epoch(-1), &catalog, 500);
+        v.consumer_heartbeat("g", &beat("a", ea, None).clone_with_epoch(-1), &catalog, 500);
         log.extend(v.take_writes());
         log.extend(v.delete_group("g").unwrap());
         assert!(reload(&log, 600).list().is_empty());

@@ -589,8 +589,7 @@ impl Coordinator {
         let failed = |e: GroupError| HeartbeatResponse { message: None, ..HeartbeatResponse::error(e, "") };
         let r = match self.locked(broker, group).await {
             Ok((slot, mut st)) => {
-                let undo = st.shard.snapshot(group);
-                let r = st.shard.consumer_heartbeat(group, &req, &catalog, now_ms());
+                let (r, undo) = st.shard.consumer_heartbeat(group, &req, &catalog, now_ms());
                 let writes = st.shard.take_writes();
                 match self.append(broker, &slot, &writes).await {
                     Ok(()) => r,
