@@ -260,8 +260,8 @@ def main():
     if sorted(order) != sorted(before):
         fail(f"each broker should restart exactly once; RestartingBroker events: {restarts}")
     # The active controller is restarted only when no other stale controller is left (the event
-    # says so). Leadership may move during the roll (a restarted voter can win an election), so
-    # which broker that is is decided at each step, not before the roll.
+    # says so). Which broker that is is decided at each step: leadership could move during the
+    # roll (restarted voters hold their candidacy until they hear from the leader, bounded).
     if any("active controller" in note for _, _, note in restarts[:-1]):
         fail(f"the active controller was restarted before other controllers: {restarts}")
     pods = broker_pods()

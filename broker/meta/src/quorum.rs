@@ -172,6 +172,8 @@ struct Inner {
     addrs: Mutex<BTreeMap<NodeId, String>>,
     /// Leader as last heard (broker-only nodes learn it from fetch replies).
     leader_hint: AtomicU64,
+    /// Signalled by every AppendEntries or snapshot a leader sends (see `hold_candidacy`).
+    heard_from_leader: tokio::sync::Notify,
 }
 
 /// A handle on this node's view of the metadata quorum.
@@ -195,7 +197,12 @@ impl Quorum {
     ) -> Result<Quorum, QuorumError> {
         let (tx, rx) = watch::channel(Arc::new(MetadataImage::default()));
         let published = Arc::new(Published { image: tx, bytes_since_snapshot: AtomicU64::new(0) });
-        let raft = if cfg.controller { Some(start_raft(&cfg, published.clone()).await?) } else { None };
+        let (raft, restarted) = if cfg.controller {
+            let (raft, restarted) = start_raft(&cfg, published.clone()).await?;
+            (Some(raft), restarted)
+        } else {
+            (None, false)
+        };
         let inner = Arc::new(Inner {
             controller: tokio::sync::Mutex::new(Controller::new(cfg.session_timeout_ms, cfg.unclean_leader_election)),
             addrs: Mutex::new(cfg.voters.clone()),
@@ -205,8 +212,12 @@ impl Quorum {
             published,
             clients: Mutex::new(BTreeMap::new()),
             leader_hint: AtomicU64::new(NO_LEADER),
+            heard_from_leader: tokio::sync::Notify::new(),
         });
         let q = Quorum { inner };
+        if restarted && q.inner.cfg.voters.len() > 1 {
+            q.hold_candidacy(tasks, shutdown.clone());
+        }
         if let Some(addr) = q.inner.cfg.controller_listener {
             let listener =
                 tokio::net::TcpListener::bind(addr).await.map_err(|source| QuorumError::Bind { addr, source })?;
@@ -239,6 +250,30 @@ impl Quorum {
 
     pub fn node_id(&self) -> NodeId {
         self.inner.cfg.node_id
+    }
+
+    /// A voter restarting into a quorum of several does not start an election until it has
+    /// heard from a leader, for at most eight election timeouts (3 to 15 s): its peers may not
+    /// reach it at once (in Kubernetes a restarted pod's new address reaches cluster DNS a few
+    /// seconds late), and an election it started would only move leadership away from a
+    /// healthy leader. It still answers vote requests, so a quorum that lost its leader elects
+    /// one among the others meanwhile.
+    fn hold_candidacy(&self, tasks: &mut JoinSet<()>, shutdown: CancellationToken) {
+        let Some(raft) = &self.inner.raft else { return };
+        let hold = Duration::from_millis(self.inner.cfg.election_timeout_ms.saturating_mul(8).clamp(3_000, 15_000));
+        raft.runtime_config().elect(false);
+        let q = self.clone();
+        tasks.spawn(async move {
+            let heard = tokio::select! {
+                _ = q.inner.heard_from_leader.notified() => true,
+                _ = tokio::time::sleep(hold) => false,
+                _ = shutdown.cancelled() => return,
+            };
+            if let Some(r) = &q.inner.raft {
+                r.runtime_config().elect(true);
+            }
+            tracing::info!(heard_from_leader = heard, "restarted voter may start elections again");
+        });
     }
 
     pub fn is_controller(&self) -> bool {
@@ -649,7 +684,8 @@ async fn leader_ready(raft: &Raft) -> bool {
     }
 }
 
-async fn start_raft(cfg: &QuorumConfig, published: Arc<Published>) -> Result<Raft, QuorumError> {
+/// Starts the Raft node; also says whether it was a quorum member before (a restart).
+async fn start_raft(cfg: &QuorumConfig, published: Arc<Published>) -> Result<(Raft, bool), QuorumError> {
     let path = cfg.dir.join("__cluster_metadata-raft");
     std::fs::create_dir_all(&path)
         .map_err(|e| QuorumError::Storage(format!("cannot create {}: {e}", path.display())))?;
@@ -687,7 +723,7 @@ async fn start_raft(cfg: &QuorumConfig, published: Arc<Published>) -> Result<Raf
             tracing::debug!(error = %e, "quorum already initialized");
         }
     }
-    Ok(raft)
+    Ok((raft, initialized))
 }
 
 struct Service {
@@ -708,6 +744,7 @@ impl Service {
 impl QuorumRpc for Service {
     async fn append_entries(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         let rpc = decode(req.get_ref()).map_err(bad_request)?;
+        self.q.inner.heard_from_leader.notify_one();
         Ok(Response::new(encode(&self.raft()?.append_entries(rpc).await)))
     }
 
@@ -718,6 +755,7 @@ impl QuorumRpc for Service {
 
     async fn install_snapshot(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         let rpc: openraft::raft::InstallSnapshotRequest<TypeConfig> = decode(req.get_ref()).map_err(bad_request)?;
+        self.q.inner.heard_from_leader.notify_one();
         Ok(Response::new(encode(&self.raft()?.install_snapshot(rpc).await)))
     }
 
