@@ -165,7 +165,11 @@ pub fn clean(plan: &CleanPlan, now_ms: i64) -> Result<Cleaned> {
                     None => false,
                     Some(k) => {
                         let newest = latest.get(k).is_none_or(|l| r.offset >= *l);
-                        newest && (r.value.is_some() || age(r.timestamp) > horizon)
+                        // A tombstone outlives the pass that first sees it (it is in the dirty
+                        // part): that pass removes the values it deletes, and a reader part-way
+                        // through the log must still meet the delete. Later passes drop it once
+                        // older than delete.retention.ms.
+                        newest && (r.value.is_some() || r.offset >= plan.first_dirty || age(r.timestamp) > horizon)
                     }
                 })
                 .collect();
