@@ -2,8 +2,9 @@
 
 Node i (1-based) listens on 127.0.1.i: the client listener on `client_port`, and, if it is a
 controller, the CONTROLLER listener (metadata quorum, gRPC) on `controller_port`. Each node has
-its own data dir and log file. Voters are nodes 1..controllers (combined broker,controller);
-nodes after them are broker-only.
+its own data dir and log file. Voters are nodes 1..controllers (combined broker,controller, or
+controller-only with `dedicated_controllers`: then only the CONTROLLER listener); nodes after
+them are broker-only.
 
 Used by test_quorum.py and by the `tests/cluster` command (see docs/testing.md).
 """
@@ -34,9 +35,12 @@ def free_port_on(host: str) -> int:
 class Node(Broker):
     """One node: a Broker process with its host, roles and quorum settings."""
 
-    def __init__(self, node_id: int, host: str, controller_port: int | None, **kw) -> None:
+    def __init__(self, node_id: int, host: str, controller_port: int | None, broker: bool = True, **kw) -> None:
         super().__init__(**kw)
         self.node_id = node_id
+        #: False for a controller-only node: it has no client listener, and `port` (what the
+        #: harness waits on at startup) is its CONTROLLER port.
+        self.broker = broker
         self.host = host
         self.listen_host = host
         self.controller_port = controller_port
@@ -72,9 +76,10 @@ class Node(Broker):
 
     def command(self) -> list[str]:
         cmd = [str(self.binary), "--override", f"log.dirs={self.data_dir}"]
-        listeners = f"PLAINTEXT://{self.host}:{self.port}"
+        listeners = [f"PLAINTEXT://{self.host}:{self.port}"] if self.broker else []
         if self.controller_port is not None:
-            listeners += f",CONTROLLER://{self.host}:{self.controller_port}"
+            listeners.append(f"CONTROLLER://{self.host}:{self.controller_port}")
+        listeners = ",".join(listeners)
         cmd += ["--override", f"listeners={listeners}"]
         for key, value in self.overrides.items():
             cmd += ["--override", f"{key}={value}"]
@@ -103,9 +108,11 @@ class Cluster:
         overrides: dict[str, str] | None = None,
         first_host: int = 1,
         observers: int = 0,
+        dedicated_controllers: bool = False,
     ) -> None:
         """`observers`: extra controllers (after the brokers) that are not initial voters; they
-        follow the metadata and can be added to the quorum with AddRaftVoter."""
+        follow the metadata and can be added to the quorum with AddRaftVoter.
+        `dedicated_controllers`: the voters and observers are controller-only nodes."""
         self.root = root
         self.nodes: list[Node] = []
         ids = range(first_host, first_host + controllers + brokers + observers)
@@ -116,9 +123,10 @@ class Cluster:
         voters = ",".join(f"{i}@{hosts[i]}:{cports[i]}" for i in voter_ids)
         for i in ids:
             controller = i in cports
+            broker = not (controller and dedicated_controllers)
             o = {
                 "node.id": str(i),
-                "process.roles": "broker,controller" if controller else "broker",
+                "process.roles": ("broker,controller" if broker else "controller") if controller else "broker",
                 "controller.quorum.voters": voters,
                 "cluster.id": CLUSTER_ID,
                 "num.partitions": "3",
@@ -131,8 +139,9 @@ class Cluster:
                     node_id=i,
                     host=hosts[i],
                     controller_port=cports.get(i),
+                    broker=broker,
                     binary=binary,
-                    port=free_port_on(hosts[i]),
+                    port=free_port_on(hosts[i]) if broker else cports[i],
                     data_dir=root / f"node-{i}",
                     log_path=root / f"node-{i}.log",
                     overrides=o,
@@ -146,8 +155,12 @@ class Cluster:
     def controllers(self) -> list[Node]:
         return [n for n in self.nodes if n.controller_port is not None]
 
+    @property
+    def brokers(self) -> list[Node]:
+        return [n for n in self.nodes if n.broker]
+
     def bootstrap(self) -> str:
-        return ",".join(n.bootstrap for n in self.nodes if n.running())
+        return ",".join(n.bootstrap for n in self.brokers if n.running())
 
     def start(self, timeout: float = 60.0) -> None:
         """Starts every node at once (a quorum needs a majority before anyone can register)."""
@@ -185,7 +198,7 @@ class Cluster:
         """Until every running node's metadata lists every running node as a broker."""
         from confluent_kafka.admin import AdminClient
 
-        running = [n for n in self.nodes if n.running()]
+        running = [n for n in self.brokers if n.running()]
         want = sorted(n.node_id for n in running)
         deadline = time.monotonic() + timeout
         for n in running:
@@ -211,7 +224,7 @@ class Cluster:
                 {
                     "node": n.node_id,
                     "roles": n.overrides["process.roles"],
-                    "bootstrap": n.bootstrap,
+                    "bootstrap": n.bootstrap if n.broker else None,
                     "controller": f"{n.host}:{n.controller_port}" if n.controller_port else None,
                     "http": f"http://{n.host}:{n.http_port}/quorum",
                     "data": str(n.data_dir),

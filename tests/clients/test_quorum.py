@@ -16,6 +16,8 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -31,8 +33,10 @@ from oxbow_harness import consume_all, flush_all, require_broker_binary, wait_un
 def cluster_factory(request, tmp_path):
     clusters: list[Cluster] = []
 
-    def make(controllers: int = 3, brokers: int = 0, overrides: dict[str, str] | None = None, observers: int = 0) -> Cluster:
-        c = Cluster(require_broker_binary(), tmp_path, controllers, brokers, overrides, observers=observers)
+    def make(controllers: int = 3, brokers: int = 0, overrides: dict[str, str] | None = None, observers: int = 0,
+             dedicated_controllers: bool = False) -> Cluster:
+        c = Cluster(require_broker_binary(), tmp_path, controllers, brokers, overrides, observers=observers,
+                    dedicated_controllers=dedicated_controllers)
         clusters.append(c)
         request.node._oxbow_brokers = [n for c in clusters for n in c.nodes]
         c.start()
@@ -107,6 +111,72 @@ def test_topics_created_through_any_node_are_seen_by_every_node(cluster_factory)
     values = [r.value.decode() for recs in got.values() for r in recs]
     assert sorted(values) == sorted(f"v{i}" for i in range(400))
     assert sum(1 for recs in got.values() if recs) > 1, "keys spread over several partitions"
+
+
+def _readyz(node) -> int:
+    try:
+        with urllib.request.urlopen(f"http://{node.host}:{node.http_port}/readyz", timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_dedicated_controllers_serve_broker_only_nodes_and_survive_losing_the_active_one(cluster_factory):
+    """3 controller-only nodes (process.roles=controller, no client listener) + 3 broker-only."""
+    c = cluster_factory(controllers=3, brokers=3, dedicated_controllers=True)
+    brokers = c.brokers
+    assert [n.node_id for n in brokers] == [4, 5, 6]
+    for n in brokers:
+        create(admin(n), f"dedicated-{n.node_id}", partitions=6)
+    names = sorted(f"dedicated-{n.node_id}" for n in brokers)
+
+    views, ids = {}, {}
+    for n in c.nodes:  # every node's own image, controllers included
+        wait_until(lambda: all(name in n.view() for name in names), 15, f"node {n.node_id} sees all topics")
+        views[n.node_id] = {k: v for k, v in n.view().items() if k in names}
+    first = views[1]
+    assert all(v == first for v in views.values()), f"nodes disagree: {views}"
+    leaders = {leader for _, ls in first.values() for leader in ls}
+    assert leaders == {4, 5, 6}, f"partitions must be led by brokers only, got {leaders}"
+    controller = controller_of(brokers[0])
+    assert controller in (1, 2, 3), controller
+    for n in brokers:
+        adm = admin(n)
+        ids[n.node_id] = topic_ids(adm, names)
+        assert sorted(b.id for b in adm.list_topics(timeout=10).brokers.values()) == [4, 5, 6]
+        # Clients cannot reach a controller-only node: as Kafka's brokers do, DescribeCluster
+        # names a live broker, which forwards controller requests.
+        dc = adm.describe_cluster(request_timeout=10).result(timeout=20)
+        assert dc.controller.id in (4, 5, 6) and sorted(x.id for x in dc.nodes) == [4, 5, 6]
+    assert ids[4] == ids[5] == ids[6]
+    assert all(_readyz(n) == 200 for n in c.controllers)
+
+    p = Producer({"bootstrap.servers": c.bootstrap(), "linger.ms": 5})
+    for i in range(300):
+        p.produce("dedicated-4", key=f"k{i}".encode(), value=f"v{i}".encode())
+    flush_all(p)
+    got = consume_all(brokers[-1], "dedicated-4", partitions=range(6))
+    assert sorted(r.value.decode() for recs in got.values() for r in recs) == sorted(f"v{i}" for i in range(300))
+
+    # The active controller (a node with no broker) dies: the brokers carry on with a new one.
+    t0 = time.monotonic()
+    c.node(controller).kill()
+    wait_until(lambda: controller_of(brokers[0]) not in (-1, controller), 30, "a new active controller")
+    print(f"\ncontroller-only node {controller} SIGKILLed; new active controller {controller_of(brokers[0])} after {time.monotonic() - t0:.2f}s")
+    create(admin(brokers[1]), "after-failover", partitions=3)
+    p = Producer({"bootstrap.servers": c.bootstrap(), "linger.ms": 5})
+    for i in range(90):
+        p.produce("after-failover", value=f"a{i}".encode())
+    flush_all(p)
+    got = consume_all(brokers[2], "after-failover", partitions=range(3))
+    assert sum(len(recs) for recs in got.values()) == 90
+    assert all(leader in (4, 5, 6) for leader in brokers[0].view()["after-failover"][1])
+
+    c.node(controller).start()
+    wait_until(lambda: "after-failover" in c.node(controller).view(), 30, "the restarted controller catches up")
+    wait_until(lambda: _readyz(c.node(controller)) == 200, 30, "the restarted controller is ready")
+    voters = sorted(v["node_id"] for v in brokers[0].quorum()["voters"])
+    assert voters == [1, 2, 3], voters
 
 
 def test_active_controller_killed_while_topics_are_created(cluster_factory):

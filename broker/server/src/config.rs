@@ -121,7 +121,7 @@ pub const KEYS: &[KeyDef] = &[
         name: "process.roles",
         default: Some("broker,controller"),
         kind: Kind::Choice(ROLES),
-        doc: "`broker,controller` (combined: serves clients and is a metadata quorum voter) or `broker` (follows the metadata of the voters in `controller.quorum.voters`). Controller-only nodes are not supported yet.",
+        doc: "`broker,controller` (combined: serves clients and is a metadata quorum voter), `broker` (serves clients and follows the metadata of the voters in `controller.quorum.voters`) or `controller` (a dedicated quorum voter: no client listener, never registers as a broker, leads no partition; its `listeners` hold only the CONTROLLER listener).",
     },
     KeyDef {
         name: "controller.quorum.voters",
@@ -693,6 +693,8 @@ pub struct BrokerConfig {
     pub node_id: i32,
     /// `process.roles` includes `controller`: this node is a voter of the metadata quorum.
     pub controller_role: bool,
+    /// `process.roles` includes `broker`: this node serves clients and hosts partitions.
+    pub broker_role: bool,
     /// The first listener named in `controller.listener.names`, if any.
     pub controller_listener: Option<Listener>,
     /// `controller.quorum.voters`: node id -> `host:port` (empty: a single-node quorum).
@@ -807,7 +809,22 @@ impl BrokerConfig {
             listeners.into_iter().partition(|l| controller_names.contains(&l.name));
         let advertised_listeners: Vec<Listener> =
             advertised_listeners.into_iter().filter(|l| !controller_names.contains(&l.name)).collect();
-        if listeners.len() != 1 || listeners[0].name != "PLAINTEXT" {
+        let roles = get("process.roles").unwrap_or_default();
+        let controller_role = roles.contains("controller");
+        let broker_role = roles.contains("broker");
+        if !broker_role {
+            // As Kafka: a controller-only node has no client listener.
+            if let Some(l) = listeners.first() {
+                return Err(ConfigError::Inconsistent {
+                    key: "listeners".into(),
+                    reason: format!(
+                        "process.roles=controller: listeners may only hold controller listeners ({}), not {}",
+                        controller_names.join(","),
+                        l.name
+                    ),
+                });
+            }
+        } else if listeners.len() != 1 || listeners[0].name != "PLAINTEXT" {
             return Err(ConfigError::Inconsistent {
                 key: "listeners".into(),
                 reason: "exactly one client listener, named PLAINTEXT, is supported for now (no TLS/SASL yet), plus the controller listener".into(),
@@ -815,15 +832,6 @@ impl BrokerConfig {
         }
         let advertised_listeners =
             if advertised_listeners.is_empty() { listeners.clone() } else { advertised_listeners };
-        let roles = get("process.roles").unwrap_or_default();
-        if roles == "controller" {
-            return Err(ConfigError::Inconsistent {
-                key: "process.roles".into(),
-                reason: "controller-only nodes are not supported yet; use broker,controller (combined) or broker"
-                    .into(),
-            });
-        }
-        let controller_role = roles.contains("controller");
         if get("controller.quorum.bootstrap.servers").is_some() {
             return Err(ConfigError::Inconsistent {
                 key: "controller.quorum.bootstrap.servers".into(),
@@ -840,6 +848,12 @@ impl BrokerConfig {
         };
         let controller_listener = controller_listeners.first().cloned();
         if controller_role {
+            if !broker_role && (voters.is_empty() || controller_listener.is_none()) {
+                return Err(ConfigError::Inconsistent {
+                    key: if voters.is_empty() { "controller.quorum.voters" } else { "listeners" }.into(),
+                    reason: "a controller-only node needs the quorum's voters and a listener named in controller.listener.names".into(),
+                });
+            }
             if voters.is_empty() && controller_listener.is_none() {
                 // A single-node quorum of this node alone: no controller traffic, no listener.
             } else if voters.is_empty() {
@@ -989,6 +1003,7 @@ impl BrokerConfig {
         Ok(Self {
             node_id,
             controller_role,
+            broker_role,
             controller_listener,
             quorum_voters: voters,
             cluster_id,
@@ -1208,6 +1223,26 @@ mod tests {
         assert_eq!(c.as_ref().map(|c| c.node_id), Some(7));
         let c = BrokerConfig::from_map(map(&[("some.unknown", "1")])).ok();
         assert_eq!(c.map(|c| c.unknown), Some(vec!["some.unknown".to_string()]));
+    }
+
+    #[test]
+    fn controller_only_nodes_have_only_the_controller_listener() {
+        let voters = ("controller.quorum.voters", "1@127.0.1.1:9093,2@127.0.1.2:9093,3@127.0.1.3:9093");
+        let base = [("process.roles", "controller"), ("node.id", "1"), voters, ("cluster.id", "c1")];
+        let c = BrokerConfig::from_map(map(&[&base[..], &[("listeners", "CONTROLLER://127.0.1.1:9093")]].concat()));
+        let c = c.unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.controller_role && !c.broker_role && c.listeners.is_empty());
+        assert_eq!(c.controller_listener.map(|l| l.port), Some(9093));
+        let both = "PLAINTEXT://127.0.1.1:9092,CONTROLLER://127.0.1.1:9093";
+        let e = BrokerConfig::from_map(map(&[&base[..], &[("listeners", both)]].concat())).err();
+        let msg = e.map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("listeners") && msg.contains("PLAINTEXT"), "{msg}");
+        let e = BrokerConfig::from_map(map(&[
+            ("process.roles", "controller"),
+            ("listeners", "CONTROLLER://127.0.1.1:9093"),
+        ]))
+        .err();
+        assert!(e.map(|e| e.to_string()).unwrap_or_default().contains("controller.quorum.voters"));
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //!   leaders, epochs, replicas and ISR) as JSON, answered locally: what this node would tell
 //!   clients, even when it is cut off from the quorum.
 //!
+//! On a controller-only node (`process.roles=controller`) `/readyz` answers 200 once it serves
+//! and knows the active controller (itself or another voter).
+//!
 //! The listener is bound before the log is opened, so a liveness or startup probe passes during
 //! recovery while readiness does not.
 
@@ -39,6 +42,8 @@ pub enum Phase {
 pub struct Health {
     phase: AtomicU8,
     quorum: std::sync::OnceLock<oxbow_meta::Quorum>,
+    /// A controller-only node: ready while serving and it knows the active controller.
+    controller_only: std::sync::atomic::AtomicBool,
 }
 
 impl Health {
@@ -49,6 +54,10 @@ impl Health {
     /// Attaches the quorum once it has started.
     pub fn set_quorum(&self, q: oxbow_meta::Quorum) {
         let _ = self.quorum.set(q);
+    }
+
+    pub fn set_controller_only(&self) {
+        self.controller_only.store(true, Ordering::Release);
     }
 
     pub fn phase(&self) -> Phase {
@@ -66,6 +75,12 @@ async fn livez() -> &'static str {
 
 async fn readyz(State(health): State<Arc<Health>>) -> (StatusCode, &'static str) {
     match health.phase() {
+        Phase::Serving if health.controller_only.load(Ordering::Acquire) => {
+            match health.quorum.get().and_then(|q| q.leader()) {
+                Some(_) => (StatusCode::OK, "ready\n"),
+                None => (StatusCode::SERVICE_UNAVAILABLE, "no active controller known\n"),
+            }
+        }
         Phase::Serving => (StatusCode::OK, "ready\n"),
         Phase::Starting => (StatusCode::SERVICE_UNAVAILABLE, "starting: recovering the log\n"),
         Phase::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n"),

@@ -81,7 +81,7 @@ async fn quorum_config(c: &BrokerConfig) -> anyhow::Result<QuorumConfig> {
         controller_listener,
         local_ip: controller_listener
             .map(|a| a.ip())
-            .or_else(|| c.listeners[0].host.parse().ok())
+            .or_else(|| c.listeners.first().and_then(|l| l.host.parse().ok()))
             .filter(|ip: &std::net::IpAddr| !ip.is_unspecified()),
         dir: c.metadata_log_dir.clone(),
         session_timeout_ms: c.session_timeout_ms,
@@ -179,6 +179,63 @@ impl Server {
         while self.meta_tasks.join_next().await.is_some() {}
         let b = self.broker.clone();
         tokio::task::spawn_blocking(move || b.close_logs()).await?;
+        if let Some((_, task)) = self.health_task {
+            task.abort();
+        }
+        Ok(())
+    }
+}
+
+/// A controller-only node (`process.roles=controller`): a voter of the metadata quorum with
+/// no client listener. It never registers as a broker, so it leads no partition; it serves the
+/// health endpoints (ready once it knows the active controller) and the quorum's gRPC service.
+pub struct ControllerNode {
+    quorum: Quorum,
+    health: Arc<health::Health>,
+    health_task: Option<(SocketAddr, tokio::task::JoinHandle<()>)>,
+    tasks: JoinSet<()>,
+    stop: CancellationToken,
+    pub cluster_id: String,
+}
+
+impl ControllerNode {
+    /// Checks the storage's cluster id and joins the quorum.
+    pub async fn bind(config: BrokerConfig) -> anyhow::Result<Self> {
+        let health = Arc::new(health::Health::default());
+        health.set_controller_only();
+        let health_task = match config.http_listener {
+            Some(addr) => Some(health::spawn(addr, health.clone()).await?),
+            None => None,
+        };
+        let mut dirs = config.log_dirs.clone();
+        if !dirs.contains(&config.metadata_log_dir) {
+            dirs.push(config.metadata_log_dir.clone());
+        }
+        let cluster_id = metadata::init_log_dirs(&dirs, config.node_id, config.cluster_id.as_deref())?;
+        let qcfg = quorum_config(&config).await?;
+        let stop = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let quorum = Quorum::start(qcfg, &mut tasks, stop.clone()).await?;
+        health.set_quorum(quorum.clone());
+        Ok(Self { quorum, health, health_task, tasks, stop, cluster_id })
+    }
+
+    pub fn quorum(&self) -> &Quorum {
+        &self.quorum
+    }
+
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health_task.as_ref().map(|(a, _)| *a)
+    }
+
+    /// Takes part in the quorum until `shutdown` resolves, then stops Raft cleanly.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        self.health.set(health::Phase::Serving);
+        shutdown.await;
+        self.health.set(health::Phase::ShuttingDown);
+        tracing::info!("shutting down: leaving the quorum's work to the other voters");
+        self.stop.cancel();
+        while self.tasks.join_next().await.is_some() {}
         if let Some((_, task)) = self.health_task {
             task.abort();
         }

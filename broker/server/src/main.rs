@@ -86,6 +86,11 @@ fn main() -> ExitCode {
         }
     };
     let result = rt.block_on(async move {
+        if !config.broker_role {
+            let node = oxbow_server::ControllerNode::bind(config).await?;
+            tracing::info!(cluster_id = %node.cluster_id, node_id = node.quorum().node_id(), health = ?node.health_addr(), "oxbow controller started (process.roles=controller)");
+            return node.run(shutdown_signal()).await;
+        }
         let server = oxbow_server::Server::bind(config).await?;
         let addr = server.local_addr()?;
         let adv = server.broker().advertised();
