@@ -400,6 +400,54 @@ def test_partitioned_leader_commits_nothing_and_the_majority_moves_on(cluster_fa
     assert ids[0] == ids[1] == ids[2]
 
 
+def test_partitioned_follower_elects_nobody_commits_nothing_and_catches_up(cluster_factory):
+    if shutil.which("iptables") is None or os.geteuid() != 0:
+        pytest.fail("this test needs root and iptables (apt-get install iptables) to partition a node", pytrace=False)
+    c = cluster_factory(controllers=3)
+    leader = controller_of(c.nodes[0])
+    follower = next(n for n in c.nodes if n.node_id != leader)
+    majority = [n for n in c.nodes if n is not follower]
+    create(admin(majority[0]), "before-cut", partitions=3)
+    wait_until(lambda: "before-cut" in follower.view(), 15, "the follower has the topic before")
+    version = follower.metadata()["version"]
+    term = follower.metadata()["raft"]["term"]
+    majority_term = majority[0].metadata()["raft"]["term"]
+
+    rules = isolate(follower.host, [n.host for n in majority])
+    roles, terms = set(), []
+    try:
+        for i in range(5):
+            create(admin(majority[0]), f"while-cut-{i}", partitions=1)
+        # Several election timeouts (1 s each): the follower's elections can never win.
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            md = follower.metadata()
+            roles.add(md["raft"]["role"])
+            terms.append(md["raft"]["term"])
+            assert md["raft"]["role"] != "Leader", f"the isolated follower made itself leader: {md['raft']}"
+            assert md["version"] == version, "the isolated follower applied records it cannot have committed"
+            assert controller_of(majority[0]) == leader, "the majority's leader changed while a follower was cut off"
+            time.sleep(0.5)
+        create(admin(majority[1]), "while-cut-last", partitions=1)
+    finally:
+        for rule in rules:
+            _iptables("-D", *rule)
+    print(f"\nisolated follower {follower.node_id}: roles {sorted(roles)}, term {term} -> {terms[-1]}; "
+          f"majority: leader {leader}, term {majority_term} -> {majority[0].metadata()['raft']['term']}")
+
+    names = ["before-cut", "while-cut-last"] + [f"while-cut-{i}" for i in range(5)]
+    wait_until(lambda: all(x in follower.view() for x in names), 60, "the healed follower catches up")
+    views: list[dict] = []
+
+    def agree() -> bool:
+        views[:] = [n.view() for n in c.nodes]
+        return views[0] == views[1] == views[2]
+
+    wait_until(agree, 60, f"every node agrees after healing ({views})")
+    c.wait_ready(60)  # its broker is unfenced again
+    print(f"after healing: leader {controller_of(c.nodes[0])}, term {majority[0].metadata()['raft']['term']}")
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -314,6 +314,19 @@ impl Quorum {
         m.membership_config.membership().get_node(&me).is_some()
     }
 
+    /// This node's own Raft view, without asking anyone: its role (`Leader`, `Candidate`,
+    /// `Follower`, `Learner`, or `Observer` for a node outside the quorum), the leader it
+    /// follows, and its term.
+    pub fn local_view(&self) -> (String, Option<NodeId>, u64) {
+        match &self.inner.raft {
+            Some(raft) if self.is_member() => {
+                let m = raft.metrics().borrow().clone();
+                (format!("{:?}", m.state), m.current_leader.map(|l| l as NodeId), m.current_term)
+            }
+            _ => ("Observer".into(), self.leader(), 0),
+        }
+    }
+
     /// The quorum as this node sees it (complete on the leader).
     pub fn state(&self) -> Option<QuorumState> {
         let raft = self.inner.raft.as_ref()?;

@@ -9,7 +9,8 @@
 //!   controller answers. For operators, scripts and tests that need the real controller.
 //! - `GET /metadata`: this node's own metadata image (version, brokers, topics with partition
 //!   leaders, epochs, replicas and ISR) as JSON, answered locally: what this node would tell
-//!   clients, even when it is cut off from the quorum.
+//!   clients, even when it is cut off from the quorum; `raft` is its own Raft role, the leader
+//!   it follows and its term, also as it sees them alone.
 //!
 //! On a controller-only node (`process.roles=controller`) `/readyz` answers 200 once it serves
 //! and knows the active controller (itself or another voter).
@@ -115,8 +116,10 @@ async fn metadata(State(health): State<Arc<Health>>) -> (StatusCode, String) {
         return (StatusCode::SERVICE_UNAVAILABLE, "starting: not in the quorum yet\n".into());
     };
     let image = q.image();
+    let (role, leader, term) = q.local_view();
     let body = serde_json::json!({
         "node_id": q.node_id(),
+        "raft": { "role": role, "leader": leader, "term": term },
         "version": image.version,
         "brokers": image.brokers,
         "topics": image.topics.values().map(|t| (t.name.clone(), serde_json::json!({
