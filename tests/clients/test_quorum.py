@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection
+from confluent_kafka import ElectionType, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oxbow_cluster import Cluster
@@ -262,12 +262,24 @@ def test_fenced_broker_loses_leadership_and_gets_it_back(cluster_factory):
         md = adm.list_topics(timeout=10)
         assert 4 not in md.brokers, "a fenced broker is not offered to clients"
         assert topic_view(adm)["fence"][1][1:] == (1, 2, 3), "other partitions keep their leaders"
+        # ElectLeaders (librdkafka's elect_leaders): partition 0's only replica is fenced, so
+        # neither a preferred nor an unclean election finds a leader; the others need none.
+        fenced_codes = {
+            kind: elections(adm, kind, [("fence", 0), ("fence", 1)]) for kind in (ElectionType.PREFERRED, ElectionType.UNCLEAN)
+        }
+        assert fenced_codes[ElectionType.PREFERRED] == {0: "PREFERRED_LEADER_NOT_AVAILABLE", 1: "ELECTION_NOT_NEEDED"}, fenced_codes
+        assert fenced_codes[ElectionType.UNCLEAN] == {0: "ELIGIBLE_LEADERS_NOT_AVAILABLE", 1: "ELECTION_NOT_NEEDED"}, fenced_codes
+        assert elections(adm, ElectionType.PREFERRED, [("fence", 9), ("no-such-topic", 0)]) == {
+            9: "UNKNOWN_TOPIC_OR_PART", 0: "UNKNOWN_TOPIC_OR_PART"}
+        # Every partition: only partition 0 is reported (the others needed no election).
+        assert elections(adm, ElectionType.PREFERRED, None) == {0: "PREFERRED_LEADER_NOT_AVAILABLE"}
     finally:
         broker.proc.send_signal(signal.SIGCONT)
     t1 = time.monotonic()
     wait_until(lambda: topic_view(adm)["fence"][1][0] == 4, 30, "partition 0 led by broker 4 again")
     print(f"\nbroker 4 fenced {fenced_after:.2f}s after it stopped (session timeout 3 s); unfenced {time.monotonic() - t1:.2f}s after it resumed")
     assert 4 in adm.list_topics(timeout=10).brokers
+    assert elections(adm, ElectionType.PREFERRED, None) == {}, "every partition is led by its preferred replica again"
 
     p = Producer({"bootstrap.servers": c.bootstrap()})
     for i in range(50):
@@ -275,6 +287,14 @@ def test_fenced_broker_loses_leadership_and_gets_it_back(cluster_factory):
     flush_all(p)
     got = consume_all(c.nodes[0], "fence", partitions=[0])
     assert [r.value.decode() for r in got[0]] == [f"r{i}" for i in range(50)]
+
+
+def elections(adm: AdminClient, kind, partitions) -> dict:
+    """partition -> error name ("NONE" when elected) of one ElectLeaders request."""
+    tps = None if partitions is None else [TopicPartition(t, p) for t, p in partitions]
+    # No timeout keywords: confluent-kafka 2.16's elect_leaders fails to parse them (SystemError).
+    result = adm.elect_leaders(kind, tps).result(timeout=40)
+    return {tp.partition: (e.name() if e is not None else "NONE") for tp, e in result.items()}
 
 
 def test_lagging_voter_catches_up_and_every_node_restarts_from_its_snapshot(cluster_factory):

@@ -66,16 +66,61 @@ pub enum Command {
     ReserveProducerIds {
         below: i64,
     },
+    /// ElectLeaders (KIP-460): `partitions: None` means every partition, and then the reply
+    /// leaves out those that needed no election (as Kafka).
+    ElectLeaders {
+        election: Election,
+        partitions: Option<Vec<(String, i32)>>,
+    },
+}
+
+/// Kafka's `ElectionType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Election {
+    /// Give leadership back to the first replica, if it is active and in the ISR.
+    Preferred,
+    /// Give a leaderless partition a leader: from the ISR if any member is active, else any
+    /// active replica (which may lose acknowledged records), whatever
+    /// `unclean.leader.election.enable` says.
+    Unclean,
+}
+
+/// What an election did for one partition (Kafka's per-partition error codes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ElectionOutcome {
+    Elected,
+    /// ELECTION_NOT_NEEDED: the preferred replica leads already (preferred) or the partition
+    /// has a leader (unclean).
+    NotNeeded,
+    /// PREFERRED_LEADER_NOT_AVAILABLE
+    PreferredNotAvailable,
+    /// ELIGIBLE_LEADERS_NOT_AVAILABLE
+    NoEligibleLeader,
+    /// UNKNOWN_TOPIC_OR_PARTITION, with Kafka's message.
+    Unknown(String),
 }
 
 /// What a command returns besides the version of the image that holds its effect.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Reply {
     Done,
-    Registered { epoch: i64 },
-    Heartbeat { fenced: bool, shutdown_complete: bool },
-    TopicCreated { id: Uuid, partitions: Vec<PartitionRecord> },
-    ProducerIds { start: i64, len: i64 },
+    Registered {
+        epoch: i64,
+    },
+    Heartbeat {
+        fenced: bool,
+        shutdown_complete: bool,
+    },
+    TopicCreated {
+        id: Uuid,
+        partitions: Vec<PartitionRecord>,
+    },
+    ProducerIds {
+        start: i64,
+        len: i64,
+    },
+    /// ElectLeaders: (topic, partition, outcome), in request order.
+    Elections(Vec<(String, i32, ElectionOutcome)>),
 }
 
 /// Why a command was refused. The broker maps these onto Kafka error codes in one place.
@@ -230,6 +275,7 @@ impl Controller {
                 };
                 Ok(Decision::new(records, Reply::Done))
             }
+            Command::ElectLeaders { election, partitions } => Ok(elect_leaders(img, *election, partitions.as_deref())),
             Command::AllocateProducerIds { node_id } => {
                 let start = img.next_producer_id;
                 Ok(Decision::new(
@@ -315,13 +361,7 @@ impl Controller {
                         None
                     };
                     let (leader, isr) = change.unwrap_or((-1, p.isr.clone()));
-                    out.push(Record::PartitionChange(PartitionChange {
-                        topic_id: t.id,
-                        partition: p.partition,
-                        leader: Some(leader),
-                        isr: (isr != p.isr).then_some(isr),
-                        replicas: None,
-                    }));
+                    out.push(leader_change(t.id, p, leader, isr));
                 } else if p.isr.contains(&node) && p.isr.len() > 1 {
                     out.push(Record::PartitionChange(PartitionChange {
                         topic_id: t.id,
@@ -436,6 +476,84 @@ fn with_topic_id(mut d: Decision, id: Uuid) -> Decision {
         }
     }
     d
+}
+
+/// ElectLeaders over the named partitions, or all of them.
+fn elect_leaders(img: &MetadataImage, election: Election, partitions: Option<&[(String, i32)]>) -> Decision {
+    let all: Vec<(String, i32)>;
+    let wanted = match partitions {
+        Some(p) => p,
+        None => {
+            all =
+                img.topics.values().flat_map(|t| t.partitions.iter().map(|p| (t.name.clone(), p.partition))).collect();
+            &all
+        }
+    };
+    let mut records = Vec::new();
+    let mut results = Vec::new();
+    for (topic, partition) in wanted {
+        let outcome = match img.topic(topic) {
+            None => ElectionOutcome::Unknown(format!("No such topic as {topic}")),
+            Some(t) => match t.partitions.get(*partition as usize).filter(|_| *partition >= 0) {
+                None => ElectionOutcome::Unknown(format!("No such partition as {topic}-{partition}")),
+                Some(p) => match elect(img, election, p) {
+                    Ok(Some((leader, isr))) => {
+                        records.push(leader_change(t.id, p, leader, isr));
+                        ElectionOutcome::Elected
+                    }
+                    Ok(None) => ElectionOutcome::NotNeeded,
+                    Err(e) => e,
+                },
+            },
+        };
+        if partitions.is_some() || outcome != ElectionOutcome::NotNeeded {
+            results.push((topic.clone(), *partition, outcome));
+        }
+    }
+    Decision::new(records, Reply::Elections(results))
+}
+
+/// One partition's election: `Ok(None)` when none is needed, else the new leader and ISR.
+fn elect(
+    img: &MetadataImage,
+    election: Election,
+    p: &PartitionRecord,
+) -> Result<Option<(NodeId, Vec<NodeId>)>, ElectionOutcome> {
+    match election {
+        Election::Preferred => {
+            let preferred = p.replicas.first().copied().unwrap_or(-1);
+            if p.leader == preferred {
+                Ok(None)
+            } else if p.isr.contains(&preferred) && img.is_active(preferred) {
+                Ok(Some((preferred, p.isr.clone())))
+            } else {
+                Err(ElectionOutcome::PreferredNotAvailable)
+            }
+        }
+        Election::Unclean => {
+            if p.leader != -1 {
+                return Ok(None);
+            }
+            if let Some(l) = p.isr.iter().copied().find(|r| img.is_active(*r)) {
+                return Ok(Some((l, p.isr.clone())));
+            }
+            match p.replicas.iter().copied().find(|r| img.is_active(*r)) {
+                Some(l) => Ok(Some((l, vec![l]))),
+                None => Err(ElectionOutcome::NoEligibleLeader),
+            }
+        }
+    }
+}
+
+/// A new leader (and ISR, if it changes) for partition `p`.
+fn leader_change(topic_id: Uuid, p: &PartitionRecord, leader: NodeId, isr: Vec<NodeId>) -> Record {
+    Record::PartitionChange(PartitionChange {
+        topic_id,
+        partition: p.partition,
+        leader: Some(leader),
+        isr: (isr != p.isr).then_some(isr),
+        replicas: None,
+    })
 }
 
 fn unknown_topic(name: &str) -> Refusal {
@@ -617,6 +735,21 @@ mod tests {
         Ok(())
     }
 
+    /// A broker comes back: registers a new incarnation and heartbeats (unfenced).
+    fn rejoin(c: &mut Controller, img: &mut MetadataImage, id: NodeId) {
+        let reg = Command::RegisterBroker {
+            node_id: id,
+            incarnation_id: Uuid::new_v4(),
+            listeners: endpoint(id),
+            rack: None,
+        };
+        let d = c.decide(img, &reg, T + 2).expect("register");
+        commit(img, &d);
+        let epoch = img.brokers[&id].epoch;
+        let d = c.decide(img, &Command::Heartbeat { node_id: id, epoch, shutting_down: false }, T + 3).expect("hb");
+        commit(img, &d);
+    }
+
     #[test]
     fn placement_spreads_leaders_and_followers() {
         let (mut c, mut img) = cluster(&[None, None, None]);
@@ -689,13 +822,7 @@ mod tests {
         }
         // Broker 1 comes back (re-registers, heartbeats): unfenced; a leaderless partition it
         // holds in its ISR gets it back.
-        let reg =
-            Command::RegisterBroker { node_id: 1, incarnation_id: Uuid::new_v4(), listeners: endpoint(1), rack: None };
-        let d = c.decide(&img, &reg, T + 2).expect("register");
-        commit(&mut img, &d);
-        let epoch = img.brokers[&1].epoch;
-        let d = c.decide(&img, &Command::Heartbeat { node_id: 1, epoch, shutting_down: false }, T + 3).expect("hb");
-        commit(&mut img, &d);
+        rejoin(&mut c, &mut img, 1);
         assert!(img.is_active(1));
         let s = &img.topic("single").expect("s").partitions[0];
         assert!(s.leader > 0, "{s:?}");
@@ -704,6 +831,11 @@ mod tests {
     /// Two brokers, a topic with replicas [1, 2] whose follower 2 fell out of the ISR, then
     /// leader 1 stops heartbeating and its session expires: partition 0 as it ends up.
     fn fence_leader_with_lone_isr(unclean: bool) -> PartitionRecord {
+        let (_, img) = fenced_leader_with_lone_isr(unclean);
+        img.topic("t").expect("t").partitions[0].clone()
+    }
+
+    fn fenced_leader_with_lone_isr(unclean: bool) -> (Controller, MetadataImage) {
         let (mut c, mut img) = cluster(&[None, None]);
         c.unclean_leader_election = unclean;
         let cmd = Command::CreateTopic {
@@ -730,7 +862,71 @@ mod tests {
         c.decide(&img, &Command::Heartbeat { node_id: 2, epoch: epoch2, shutting_down: false }, T).expect("hb");
         let records = c.expire_sessions(&img, T + 1);
         commit(&mut img, &Decision::new(records, Reply::Done));
-        img.topic("t").expect("t").partitions[0].clone()
+        (c, img)
+    }
+
+    fn elect(c: &mut Controller, img: &mut MetadataImage, e: Election, parts: Option<&[(&str, i32)]>) -> Reply {
+        let partitions = parts.map(|p| p.iter().map(|(t, i)| (t.to_string(), *i)).collect());
+        let d = c.decide(img, &Command::ElectLeaders { election: e, partitions }, T + 5).expect("elect");
+        commit(img, &d);
+        d.reply
+    }
+
+    #[test]
+    fn preferred_election_returns_leadership_to_the_first_replica_once_in_sync() {
+        let (mut c, mut img) = cluster(&[None, None, None]);
+        create(&mut c, &mut img, "t", 3, 3).expect("create");
+        // Broker 1 leaves; its partition moves; it comes back, out of the ISR.
+        let epoch = img.brokers[&1].epoch;
+        let d = c.decide(&img, &Command::Heartbeat { node_id: 1, epoch, shutting_down: true }, 1).expect("hb");
+        commit(&mut img, &d);
+        rejoin(&mut c, &mut img, 1);
+        let p0 = img.topic("t").expect("t").partitions[0].clone();
+        assert_eq!(p0.replicas[0], 1);
+        assert_ne!(p0.leader, 1);
+        let one = [("t", 0)];
+        let r = elect(&mut c, &mut img, Election::Preferred, Some(&one));
+        assert_eq!(r, Reply::Elections(vec![("t".into(), 0, ElectionOutcome::PreferredNotAvailable)]));
+        // Broker 1 catches up and is back in the ISR (replication's job): now it can lead.
+        let id = img.topic("t").expect("t").id;
+        let back = Record::PartitionChange(PartitionChange {
+            topic_id: id,
+            partition: 0,
+            leader: None,
+            isr: Some(vec![p0.leader, 1]),
+            replicas: None,
+        });
+        commit(&mut img, &Decision::new(vec![back], Reply::Done));
+        let r = elect(&mut c, &mut img, Election::Preferred, Some(&one));
+        assert_eq!(r, Reply::Elections(vec![("t".into(), 0, ElectionOutcome::Elected)]));
+        let p = &img.topic("t").expect("t").partitions[0];
+        assert_eq!((p.leader, p.leader_epoch), (1, p0.leader_epoch + 1));
+        let r = elect(&mut c, &mut img, Election::Preferred, Some(&[("t", 0), ("t", 1), ("t", 7), ("nope", 0)]));
+        assert_eq!(
+            r,
+            Reply::Elections(vec![
+                ("t".into(), 0, ElectionOutcome::NotNeeded),
+                ("t".into(), 1, ElectionOutcome::NotNeeded),
+                ("t".into(), 7, ElectionOutcome::Unknown("No such partition as t-7".into())),
+                ("nope".into(), 0, ElectionOutcome::Unknown("No such topic as nope".into())),
+            ])
+        );
+        // All partitions: only those an election was tried for are reported.
+        assert_eq!(elect(&mut c, &mut img, Election::Preferred, None), Reply::Elections(vec![]));
+    }
+
+    #[test]
+    fn unclean_election_on_request_picks_a_live_replica_outside_the_isr() {
+        let (mut c, mut img) = fenced_leader_with_lone_isr(false);
+        assert_eq!(img.topic("t").expect("t").partitions[0].leader, -1);
+        let r = elect(&mut c, &mut img, Election::Preferred, None);
+        assert_eq!(r, Reply::Elections(vec![("t".into(), 0, ElectionOutcome::PreferredNotAvailable)]));
+        let r = elect(&mut c, &mut img, Election::Unclean, None);
+        assert_eq!(r, Reply::Elections(vec![("t".into(), 0, ElectionOutcome::Elected)]));
+        let p = &img.topic("t").expect("t").partitions[0];
+        assert_eq!((p.leader, p.isr.clone()), (2, vec![2]));
+        let r = elect(&mut c, &mut img, Election::Unclean, Some(&[("t", 0)]));
+        assert_eq!(r, Reply::Elections(vec![("t".into(), 0, ElectionOutcome::NotNeeded)]));
     }
 
     #[test]

@@ -34,6 +34,6 @@ pub mod rpc {
     include!(concat!(env!("OUT_DIR"), "/oxbow.meta.Quorum.rs"));
 }
 
-pub use controller::{Command, Refusal, Reply};
+pub use controller::{Command, Election, ElectionOutcome, Refusal, Reply};
 pub use image::MetadataImage;
 pub use quorum::{AdminRefusal, AdminReply, CommandError, Quorum, QuorumAdmin, QuorumConfig, QuorumError, QuorumState};

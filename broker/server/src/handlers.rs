@@ -84,6 +84,7 @@ pub async fn dispatch(
             AnyRequest::DeleteTopics(r) => answer!(admin::delete_topics(&ctx, r)),
             AnyRequest::CreatePartitions(r) => answer!(admin::create_partitions(&ctx, r)),
             AnyRequest::DeleteRecords(r) => answer!(admin::delete_records(&ctx, r)),
+            AnyRequest::ElectLeaders(r) => answer!(admin::elect_leaders(&ctx, r)),
             AnyRequest::InitProducerId(r) => answer!(admin::init_producer_id(&ctx, r)),
             AnyRequest::DescribeCluster(r) => answer!(admin::describe_cluster(&ctx, r)),
             AnyRequest::DescribeConfigs(r) => answer!(configs::describe(&ctx, r)),

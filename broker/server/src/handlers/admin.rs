@@ -1,5 +1,5 @@
-//! Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, plus
-//! InitProducerId and DescribeCluster.
+//! Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords,
+//! ElectLeaders, plus InitProducerId and DescribeCluster.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -9,6 +9,7 @@ use oxbow_protocol::messages::create_topics_response::{CreatableTopicConfigs, Cr
 use oxbow_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use oxbow_protocol::messages::delete_topics_response::DeletableTopicResult;
 use oxbow_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use oxbow_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use oxbow_protocol::messages::*;
 
 use super::Ctx;
@@ -182,6 +183,94 @@ pub async fn create_partitions(ctx: &Ctx<'_>, req: CreatePartitionsRequest) -> C
         resp.results.push(r);
     }
     resp
+}
+
+/// ElectLeaders (KIP-460): preferred or unclean elections, decided by the active controller
+/// and answered once this broker has applied the result. A null partition list means every
+/// partition; the answer then lists only those an election was tried for (as Kafka).
+pub async fn elect_leaders(ctx: &Ctx<'_>, req: ElectLeadersRequest) -> ElectLeadersResponse {
+    use oxbow_meta::{Command, Election, Reply};
+    let mut resp = ElectLeadersResponse::default();
+    let election = match req.election_type {
+        0 => Election::Preferred,
+        1 => Election::Unclean,
+        other => {
+            resp.error_code = ResponseError::InvalidRequest.code();
+            tracing::debug!(election_type = other, "ElectLeaders with an unknown election type");
+            return resp;
+        }
+    };
+    let partitions = req.topic_partitions.map(|ts| {
+        let mut seen = HashSet::new();
+        ts.into_iter()
+            .flat_map(|t| t.partitions.into_iter().map(move |p| (t.topic.0.to_string(), p)))
+            .filter(|tp| seen.insert(tp.clone()))
+            .collect::<Vec<_>>()
+    });
+    let outcomes = match ctx.broker.execute(Command::ElectLeaders { election, partitions: partitions.clone() }).await {
+        Ok(Reply::Elections(r)) => r,
+        Ok(other) => {
+            tracing::error!(reply = ?other, "unexpected controller reply to ElectLeaders");
+            resp.error_code = ResponseError::UnknownServerError.code();
+            return resp;
+        }
+        Err(e) => {
+            // The whole request failed (no quorum): as Kafka's error response, every partition
+            // asked for gets the error, and the top-level code too (v1+).
+            for (t, p) in partitions.unwrap_or_default() {
+                push_election(&mut resp, t, p, Err(e.clone()));
+            }
+            if ctx.version >= 1 {
+                resp.error_code = e.code();
+            }
+            return resp;
+        }
+    };
+    for (t, p, outcome) in outcomes {
+        push_election(&mut resp, t, p, Ok(outcome));
+    }
+    resp
+}
+
+fn push_election(
+    resp: &mut ElectLeadersResponse,
+    topic: String,
+    partition: i32,
+    outcome: Result<oxbow_meta::ElectionOutcome, ApiError>,
+) {
+    use oxbow_meta::ElectionOutcome as O;
+    let (code, message) = match outcome {
+        Ok(O::Elected) => (0, None),
+        Ok(O::NotNeeded) => (
+            ResponseError::ElectionNotNeeded.code(),
+            Some("Leader election not needed for topic partition.".to_string()),
+        ),
+        Ok(O::PreferredNotAvailable) => (
+            ResponseError::PreferredLeaderNotAvailable.code(),
+            Some(format!(
+                "Failed to elect leader for partition {topic}-{partition} under strategy PreferredReplicaPartitionLeaderElectionStrategy"
+            )),
+        ),
+        Ok(O::NoEligibleLeader) => (
+            ResponseError::EligibleLeadersNotAvailable.code(),
+            Some(format!("Failed to elect leader for partition {topic}-{partition}: no live replica")),
+        ),
+        Ok(O::Unknown(m)) => (ResponseError::UnknownTopicOrPartition.code(), Some(m)),
+        Err(e) => (e.code(), Some(e.message)),
+    };
+    let mut pr = PartitionResult::default();
+    pr.partition_id = partition;
+    pr.error_code = code;
+    pr.error_message = message.map(s);
+    match resp.replica_election_results.iter_mut().find(|r| r.topic.0.as_str() == topic) {
+        Some(r) => r.partition_result.push(pr),
+        None => {
+            let mut r = ReplicaElectionResult::default();
+            r.topic = topic_name(&topic);
+            r.partition_result.push(pr);
+            resp.replica_election_results.push(r);
+        }
+    }
 }
 
 pub async fn delete_records(ctx: &Ctx<'_>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {

@@ -16,6 +16,7 @@ import java.util.ArrayList;
 import java.util.Collection;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
@@ -35,12 +36,14 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicCollection;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.ElectionNotNeededException;
 import org.apache.kafka.common.errors.InvalidConfigurationException;
 import org.apache.kafka.common.errors.InvalidPartitionsException;
 import org.apache.kafka.common.errors.InvalidReplicationFactorException;
@@ -310,6 +313,40 @@ class AdminTest {
         Node controller = get(res.controller());
         assertNotNull(controller, "controller");
         assertEquals(node.id(), controller.id(), "controller is the only node");
+    }
+
+    @Test
+    void electLeadersWhereNoElectionIsNeeded(OxbowBroker broker) throws Exception {
+        String topic = "admin-elect";
+        Kit.createTopic(admin, topic, 2);
+        Set<TopicPartition> both = Set.of(tp(topic, 0), tp(topic, 1));
+        for (ElectionType type : ElectionType.values()) {
+            Map<TopicPartition, Optional<Throwable>> r = get(admin.electLeaders(type, both).partitions());
+            assertEquals(both, r.keySet(), type + ": a result per partition asked for");
+            for (Map.Entry<TopicPartition, Optional<Throwable>> e : r.entrySet()) {
+                assertTrue(e.getValue().orElse(null) instanceof ElectionNotNeededException,
+                        type + " " + e.getKey() + ": the only replica leads already, got " + e.getValue());
+            }
+        }
+        // Every partition (null): those needing no election are left out, as Kafka does.
+        assertEquals(Map.of(), get(admin.electLeaders(ElectionType.PREFERRED, null).partitions()));
+        Map<TopicPartition, Optional<Throwable>> unknown =
+                get(admin.electLeaders(ElectionType.PREFERRED, Set.of(tp(topic, 9))).partitions());
+        assertTrue(unknown.get(tp(topic, 9)).orElse(null) instanceof UnknownTopicOrPartitionException, unknown.toString());
+
+        // Kafka's own tool (kafka-leader-election.sh) over the same API.
+        List<String> cmd = List.of(
+                java.nio.file.Paths.get(System.getProperty("java.home"), "bin", "java").toString(),
+                "-Xmx256m", "-cp", System.getProperty("java.class.path"),
+                "org.apache.kafka.tools.LeaderElectionCommand",
+                "--bootstrap-server", broker.bootstrap(), "--election-type", "preferred",
+                "--topic", topic, "--partition", "0");
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+        assertTrue(p.waitFor(60, TimeUnit.SECONDS), "kafka-leader-election did not finish");
+        System.out.println("[oxbow-compat] kafka-leader-election --election-type preferred\n" + out);
+        assertEquals(0, p.exitValue(), out);
+        assertTrue(out.contains("Valid replica already elected for partitions " + topic + "-0"), out);
     }
 
     // ---- alter configs -----------------------------------------------------------------------
