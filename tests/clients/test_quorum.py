@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import ElectionType, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oxbow_cluster import Cluster
+from oxbow_cluster import Cluster, Node, free_port_on, node_host
 from oxbow_harness import consume_all, flush_all, require_broker_binary, wait_until
 
 
@@ -466,6 +466,79 @@ def test_partitioned_follower_elects_nobody_commits_nothing_and_catches_up(clust
     wait_until(agree, 60, f"every node agrees after healing ({views})")
     c.wait_ready(60)  # its broker is unfenced again
     print(f"after healing: leader {controller_of(c.nodes[0])}, term {majority[0].metadata()['raft']['term']}")
+
+
+def _format(node: Node, *flags: str) -> str:
+    r = subprocess.run([str(node.binary), "format", *node.command()[1:], *flags], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"format {flags} of node {node.node_id} failed:\n{r.stdout}{r.stderr}"
+    return r.stdout.strip()
+
+
+def test_dynamic_quorum_starts_standalone_and_grows_by_auto_join(request, tmp_path):
+    """KIP-853 dynamic quorum: controller.quorum.bootstrap.servers, no voters in any config.
+    Node 1 is formatted --standalone; nodes 2 and 3 --no-initial-controllers with
+    controller.quorum.auto.join.enable; node 4 is a broker. The cluster id comes from format."""
+    binary = require_broker_binary()
+    hosts = {i: node_host(i) for i in (1, 2, 3, 4)}
+    cports = {i: free_port_on(hosts[i]) for i in (1, 2, 3)}
+    bootstrap = ",".join(f"{hosts[i]}:{cports[i]}" for i in (1, 2, 3))
+    nodes: list[Node] = []
+    for i in (1, 2, 3, 4):
+        o = {
+            "node.id": str(i),
+            "process.roles": "broker,controller" if i in cports else "broker",
+            "controller.quorum.bootstrap.servers": bootstrap,
+            "num.partitions": "3",
+            "broker.session.timeout.ms": "3000",
+            "broker.heartbeat.interval.ms": "500",
+        }
+        if i in (2, 3):
+            o["controller.quorum.auto.join.enable"] = "true"
+        nodes.append(Node(node_id=i, host=hosts[i], controller_port=cports.get(i), binary=binary,
+                          port=free_port_on(hosts[i]), data_dir=tmp_path / f"node-{i}",
+                          log_path=tmp_path / f"node-{i}.log", overrides=o))
+    request.node._oxbow_brokers = nodes
+    try:
+        # Unformatted, and no cluster.id: refused with a message that says what to do.
+        lone = subprocess.run(nodes[3].command(), capture_output=True, text=True, timeout=60)
+        assert lone.returncode != 0 and "oxbow-broker format" in lone.stderr, lone.stderr[-2000:]
+        cid = "dynamic-quorum-cluster-1"
+        print("\n" + _format(nodes[0], "--cluster-id", cid, "--standalone"))
+        for n in nodes[1:3]:
+            _format(n, "--cluster-id", cid, "--no-initial-controllers")
+        _format(nodes[3], "--cluster-id", cid)
+        t0 = time.monotonic()
+        for n in nodes:
+            n.start()
+
+        def voters() -> list[int]:
+            try:
+                return sorted(v["node_id"] for v in nodes[3].quorum()["voters"])
+            except (OSError, ValueError, KeyError):
+                return []
+
+        wait_until(lambda: voters() == [1, 2, 3], 60, f"nodes 2 and 3 auto-join as voters (voters {voters()})")
+        print(f"voters 1, 2, 3 after {time.monotonic() - t0:.2f}s (node 1 alone at first)")
+        cp = kafka_clients_classpath(tmp_path)
+        described = java_admin(cp, nodes[3].bootstrap, "describe")
+        assert sorted(v["id"] for v in described["voters"]) == [1, 2, 3], described
+        assert described["nodes"]["2"] == f"{hosts[2]}:{cports[2]}", described
+
+        create(admin(nodes[3]), "dynamic-1", partitions=4)
+        wait_until(lambda: all("dynamic-1" in n.view() for n in nodes), 15, "every node sees the topic")
+        leader = nodes[3].leader()
+        nodes[leader - 1].kill()
+        wait_until(lambda: nodes[3].leader() not in (-1, leader), 30, "a new leader among the other voters")
+        create(admin(nodes[3]), "dynamic-2", partitions=2)
+        nodes[leader - 1].start()
+        wait_until(lambda: all("dynamic-2" in n.view() for n in nodes), 30, "the killed voter catches up")
+        assert voters() == [1, 2, 3], "the restarted voter is still a voter (membership in the log)"
+        for n in nodes:
+            props = (n.data_dir / "meta.properties").read_text()
+            assert f"cluster.id={cid}" in props, props
+    finally:
+        for n in nodes:
+            n.close()
 
 
 REPO = Path(__file__).resolve().parents[2]

@@ -36,4 +36,7 @@ pub mod rpc {
 
 pub use controller::{Command, Election, ElectionOutcome, Refusal, Reply};
 pub use image::MetadataImage;
-pub use quorum::{AdminRefusal, AdminReply, CommandError, Quorum, QuorumAdmin, QuorumConfig, QuorumError, QuorumState};
+pub use quorum::{
+    AdminRefusal, AdminReply, CommandError, Quorum, QuorumAdmin, QuorumConfig, QuorumError, QuorumState,
+    write_initial_voters,
+};

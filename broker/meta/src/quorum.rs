@@ -36,8 +36,16 @@ use crate::rpc::quorum_server::{Quorum as QuorumRpc, QuorumServer};
 #[derive(Debug, Clone)]
 pub struct QuorumConfig {
     pub node_id: NodeId,
-    /// Voters and their CONTROLLER listener addresses (`controller.quorum.voters`).
+    /// Voters and their CONTROLLER listener addresses (`controller.quorum.voters`); empty for
+    /// a dynamic quorum, whose voters live in the metadata log.
     pub voters: BTreeMap<NodeId, String>,
+    /// `controller.quorum.bootstrap.servers`: controllers to ask for the active one when no
+    /// voter is known yet (KIP-853 dynamic quorum).
+    pub bootstrap: Vec<String>,
+    /// Ask the active controller to make this controller a voter, once per start.
+    pub auto_join: bool,
+    /// Where other controllers reach this node's CONTROLLER listener (AddRaftVoter).
+    pub advertised: Option<String>,
     /// This node is a voter (has the controller role).
     pub controller: bool,
     /// Where this node's controller service listens (`None` for a single-node quorum, which
@@ -73,7 +81,14 @@ pub enum CommandError {
     #[error(transparent)]
     Refused(Refusal),
     #[error("node {node} is not the active controller (leader: {leader:?})")]
-    NotController { node: NodeId, leader: Option<NodeId> },
+    NotController {
+        node: NodeId,
+        leader: Option<NodeId>,
+        /// The leader's CONTROLLER address, if known (a node found through a bootstrap server
+        /// may not know it yet).
+        #[serde(default)]
+        leader_addr: Option<String>,
+    },
     #[error("the metadata quorum is unavailable: {0}")]
     Unavailable(String),
 }
@@ -203,9 +218,19 @@ impl Quorum {
         } else {
             (None, false)
         };
+        // Bootstrap servers have no known node id: they are kept under negative ids (never a
+        // real node's) and asked like any voter until the real ones are known.
+        let mut addrs = cfg.voters.clone();
+        // This node's own address is left out: asking itself who leads tells it nothing.
+        let own = |a: &String| {
+            Some(a) == cfg.advertised.as_ref() || cfg.controller_listener.is_some_and(|l| a == &l.to_string())
+        };
+        for (i, a) in cfg.bootstrap.iter().enumerate().filter(|(_, a)| !own(a)) {
+            addrs.insert(-(i as NodeId) - 1, a.clone());
+        }
         let inner = Arc::new(Inner {
             controller: tokio::sync::Mutex::new(Controller::new(cfg.session_timeout_ms, cfg.unclean_leader_election)),
-            addrs: Mutex::new(cfg.voters.clone()),
+            addrs: Mutex::new(addrs),
             cfg,
             raft,
             image: rx,
@@ -215,8 +240,13 @@ impl Quorum {
             heard_from_leader: tokio::sync::Notify::new(),
         });
         let q = Quorum { inner };
-        if restarted && q.inner.cfg.voters.len() > 1 {
+        if restarted && q.voter_count() > 1 {
             q.hold_candidacy(tasks, shutdown.clone());
+        }
+        if q.inner.cfg.auto_join && q.inner.raft.is_some() {
+            let q2 = q.clone();
+            let stop = shutdown.clone();
+            tasks.spawn(async move { q2.auto_join(stop).await });
         }
         if let Some(addr) = q.inner.cfg.controller_listener {
             let listener =
@@ -250,6 +280,54 @@ impl Quorum {
 
     pub fn node_id(&self) -> NodeId {
         self.inner.cfg.node_id
+    }
+
+    /// Voters in the membership this node holds (0 for a node outside the quorum).
+    fn voter_count(&self) -> usize {
+        self.inner.raft.as_ref().map_or(0, |r| r.metrics().borrow().membership_config.membership().voter_ids().count())
+    }
+
+    fn is_voter(&self) -> bool {
+        let me = self.node_id() as u64;
+        self.inner
+            .raft
+            .as_ref()
+            .is_some_and(|r| r.metrics().borrow().membership_config.membership().voter_ids().any(|v| v == me))
+    }
+
+    /// `controller.quorum.auto.join.enable`: once per start, a controller that is not a voter
+    /// asks the active controller to add it (as AddRaftVoter: a learner first, a voter once
+    /// caught up). A refusal is final for this run, as in Kafka.
+    async fn auto_join(self, stop: CancellationToken) {
+        let Some(addr) = self.inner.cfg.advertised.clone() else { return };
+        loop {
+            if self.is_voter() {
+                tracing::info!("auto-join: this controller is a voter");
+                return;
+            }
+            if self.leader().is_some() {
+                let req = QuorumAdmin::AddVoter { node_id: self.node_id(), addr: addr.clone() };
+                let r = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    r = self.admin(req, Duration::from_secs(120)) => r,
+                };
+                match r {
+                    Ok(Ok(_)) | Ok(Err(AdminRefusal::DuplicateVoter(_))) => {
+                        tracing::info!(%addr, "auto-join: added to the quorum as a voter");
+                        return;
+                    }
+                    Ok(Err(refusal)) => {
+                        tracing::warn!(%refusal, "auto-join: the active controller refused to add this node");
+                        return;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "auto-join: retrying"),
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
     }
 
     /// A voter restarting into a quorum of several does not start an election until it has
@@ -298,8 +376,10 @@ impl Quorum {
     /// The active controller as this node knows it.
     pub fn leader(&self) -> Option<NodeId> {
         match &self.inner.raft {
-            Some(raft) => raft.metrics().borrow().current_leader.map(|l| l as NodeId),
-            None => match self.inner.leader_hint.load(Ordering::Relaxed) {
+            // A member knows from Raft; a controller outside the quorum (an observer waiting
+            // to be added) hears of the leader as brokers do, from its fetch replies.
+            Some(raft) if self.is_member() => raft.metrics().borrow().current_leader.map(|l| l as NodeId),
+            _ => match self.inner.leader_hint.load(Ordering::Relaxed) {
                 NO_LEADER => None,
                 l => Some(l as NodeId),
             },
@@ -400,10 +480,16 @@ impl Quorum {
                 Some(t) => self.run_remote(t, &req, timeout).await,
                 None => Err(CommandError::Unavailable("no controller is known".into())),
             };
+            if let Err(e) = &result {
+                tracing::debug!(target_node = ?target, error = %e, "quorum request attempt failed");
+            }
             match result {
-                Err(CommandError::NotController { leader, .. }) => {
+                Err(CommandError::NotController { leader, leader_addr, .. }) => {
                     if let Some(l) = leader {
                         self.inner.leader_hint.store(l as u64, Ordering::Relaxed);
+                        if let Some(a) = leader_addr {
+                            self.inner.addrs.lock().entry(l).or_insert(a);
+                        }
                     }
                     tried = target;
                     last = CommandError::Unavailable("the active controller moved".into());
@@ -534,7 +620,9 @@ impl Quorum {
     }
 
     fn not_controller(&self) -> CommandError {
-        CommandError::NotController { node: self.node_id(), leader: self.leader() }
+        let leader = self.leader();
+        let leader_addr = leader.and_then(|l| self.inner.addrs.lock().get(&l).cloned());
+        CommandError::NotController { node: self.node_id(), leader, leader_addr }
     }
 
     /// Decides and writes `cmd` here, if this node is the active controller. One command at a
@@ -630,7 +718,9 @@ impl Quorum {
                 }
             }
             let Some(node) = self.leader().filter(|l| Some(*l) != tried).or_else(|| self.any_voter(&tried)) else {
-                tracing::error!("no controller in controller.quorum.voters");
+                tracing::error!(
+                    "no controller known: set controller.quorum.voters or controller.quorum.bootstrap.servers"
+                );
                 return;
             };
             let after = self.image().version;
@@ -697,6 +787,33 @@ async fn leader_ready(raft: &Raft) -> bool {
     }
 }
 
+/// Where `oxbow-broker format` leaves a dynamic quorum's initial voters, in `metadata.log.dir`.
+pub const INITIAL_VOTERS_FILE: &str = "__cluster_metadata-initial-voters.json";
+
+/// Records the initial voters of a dynamic quorum (`format --standalone` or
+/// `--initial-controllers`); the first start of each of them proposes this membership.
+pub fn write_initial_voters(dir: &std::path::Path, voters: &BTreeMap<NodeId, String>) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(INITIAL_VOTERS_FILE);
+    let tmp = dir.join(format!("{INITIAL_VOTERS_FILE}.tmp"));
+    let text = serde_json::to_vec_pretty(voters).map_err(std::io::Error::other)?;
+    std::fs::write(&tmp, text)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+fn read_initial_voters(dir: &std::path::Path) -> Result<Option<BTreeMap<NodeId, String>>, QuorumError> {
+    let path = dir.join(INITIAL_VOTERS_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| QuorumError::Storage(format!("{}: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(QuorumError::Storage(format!("{}: {e}", path.display()))),
+    }
+}
+
 /// Starts the Raft node; also says whether it was a quorum member before (a restart).
 async fn start_raft(cfg: &QuorumConfig, published: Arc<Published>) -> Result<(Raft, bool), QuorumError> {
     let path = cfg.dir.join("__cluster_metadata-raft");
@@ -727,11 +844,13 @@ async fn start_raft(cfg: &QuorumConfig, published: Arc<Published>) -> Result<(Ra
         .await
         .map_err(|e| QuorumError::Raft(e.to_string()))?;
     let initialized = raft.is_initialized().await.map_err(|e| QuorumError::Raft(e.to_string()))?;
-    if !initialized && cfg.voters.contains_key(&cfg.node_id) {
-        // Static voters: every voter proposes the same initial membership; openraft accepts it
-        // once (the same log id everywhere) and the others learn it by replication.
+    // Static voters, or the initial voters `oxbow-broker format` wrote for a dynamic quorum.
+    let initial = if cfg.voters.is_empty() { read_initial_voters(&cfg.dir)? } else { Some(cfg.voters.clone()) };
+    if !initialized && let Some(voters) = initial.filter(|v| v.contains_key(&cfg.node_id)) {
+        // Every initial voter proposes the same membership; openraft accepts it once (the same
+        // log id everywhere) and the others learn it by replication.
         let members: BTreeMap<u64, BasicNode> =
-            cfg.voters.iter().map(|(id, addr)| (*id as u64, BasicNode { addr: addr.clone() })).collect();
+            voters.iter().map(|(id, addr)| (*id as u64, BasicNode { addr: addr.clone() })).collect();
         if let Err(e) = raft.initialize(members).await {
             tracing::debug!(error = %e, "quorum already initialized");
         }

@@ -232,7 +232,8 @@ impl Broker {
         if !id_dirs.contains(&config.metadata_log_dir) {
             id_dirs.push(config.metadata_log_dir.clone());
         }
-        let cluster_id = init_log_dirs(&id_dirs, config.node_id, config.cluster_id.as_deref())?;
+        let cluster_id =
+            init_log_dirs(&id_dirs, config.node_id, config.cluster_id.as_deref(), config.quorum_bootstrap.is_empty())?;
         let mut on_disk = OnDisk::default();
         for d in &dirs {
             on_disk.clean.push(d.join(CLEAN_SHUTDOWN_MARKER).exists());

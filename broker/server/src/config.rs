@@ -32,6 +32,8 @@ pub enum Kind {
     SocketAddr,
     /// `id@host:port,...` (controller.quorum.voters).
     Voters,
+    /// `host:port,...` (controller.quorum.bootstrap.servers).
+    HostPorts,
     /// A comma-separated list of names.
     Names,
     /// A non-empty word of ASCII letters, digits, '-' and '_' (cluster.id).
@@ -53,6 +55,7 @@ impl Kind {
             Kind::Ratio => "a decimal number in [0, 1]".into(),
             Kind::SocketAddr => "ip:port with an IP literal (e.g. 0.0.0.0:8080), or empty to disable".into(),
             Kind::Voters => "a comma-separated list of id@host:port (e.g. 1@127.0.1.1:9093,2@127.0.1.2:9093)".into(),
+            Kind::HostPorts => "a comma-separated list of host:port (e.g. 127.0.1.1:9093,127.0.1.2:9093)".into(),
             Kind::Names => "a comma-separated list of listener names".into(),
             Kind::Word => "a non-empty string of ASCII letters, digits, '-' and '_'".into(),
         }
@@ -65,7 +68,7 @@ impl Kind {
             Kind::Int { max, .. } if *max <= i64::from(i32::MAX) => 3,
             Kind::Int { .. } => 5,
             Kind::Choice(_) | Kind::SocketAddr | Kind::Word => 2,
-            Kind::Listeners | Kind::Paths | Kind::Voters | Kind::Names => 7,
+            Kind::Listeners | Kind::Paths | Kind::Voters | Kind::HostPorts | Kind::Names => 7,
             Kind::Ratio => 6,
         }
     }
@@ -80,6 +83,7 @@ impl Kind {
             Kind::Ratio => value.trim().parse::<f64>().is_ok_and(|v| (0.0..=1.0).contains(&v)),
             Kind::SocketAddr => value.trim().is_empty() || value.trim().parse::<std::net::SocketAddr>().is_ok(),
             Kind::Voters => parse_voters(value).is_ok(),
+            Kind::HostPorts => parse_host_ports(value).is_ok(),
             Kind::Names => value.split(',').all(|p| !p.trim().is_empty()),
             Kind::Word => {
                 !value.trim().is_empty()
@@ -132,8 +136,14 @@ pub const KEYS: &[KeyDef] = &[
     KeyDef {
         name: "controller.quorum.bootstrap.servers",
         default: None,
-        kind: Kind::Listeners,
-        doc: "Dynamic quorum bootstrap (KIP-853). Not supported yet: list the voters in `controller.quorum.voters`.",
+        kind: Kind::HostPorts,
+        doc: "Dynamic quorum (KIP-853): `host:port` of some controllers' CONTROLLER listeners, used to find the active controller. The voters then live in the metadata log: the first ones are set once by `oxbow-broker format --standalone` or `--initial-controllers`, later ones join through AddRaftVoter (or `controller.quorum.auto.join.enable`). Set this or `controller.quorum.voters`, not both. Needs `cluster.id` (in this file, or written by `oxbow-broker format`).",
+    },
+    KeyDef {
+        name: "controller.quorum.auto.join.enable",
+        default: Some("false"),
+        kind: Kind::Bool,
+        doc: "With `controller.quorum.bootstrap.servers`: a controller that is not a voter asks the active controller to add it (AddRaftVoter, with its advertised CONTROLLER address) once per start, after it has caught up as a learner.",
     },
     KeyDef {
         name: "controller.listener.names",
@@ -638,6 +648,21 @@ pub fn parse_voters(s: &str) -> Result<BTreeMap<i32, String>, String> {
     Ok(out)
 }
 
+/// Parses `controller.quorum.bootstrap.servers`: `host:port,...`.
+pub fn parse_host_ports(s: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => out.push(part.to_string()),
+            _ => return Err(format!("{part}: expected host:port")),
+        }
+    }
+    if out.is_empty() {
+        return Err("no server".into());
+    }
+    Ok(out)
+}
+
 /// Parses `server.properties` text (Java properties: `key=value` or `key: value`, `#`/`!`
 /// comments, trailing `\` continues a line).
 pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
@@ -697,8 +722,15 @@ pub struct BrokerConfig {
     pub broker_role: bool,
     /// The first listener named in `controller.listener.names`, if any.
     pub controller_listener: Option<Listener>,
-    /// `controller.quorum.voters`: node id -> `host:port` (empty: a single-node quorum).
+    /// Where other controllers reach this node's CONTROLLER listener (`host:port`).
+    pub controller_advertised: Option<String>,
+    /// `controller.quorum.voters`: node id -> `host:port` (empty: a single-node quorum, or a
+    /// dynamic one when `quorum_bootstrap` is set).
     pub quorum_voters: BTreeMap<i32, String>,
+    /// `controller.quorum.bootstrap.servers` (KIP-853 dynamic quorum).
+    pub quorum_bootstrap: Vec<String>,
+    /// `controller.quorum.auto.join.enable`
+    pub auto_join: bool,
     /// `cluster.id` if configured.
     pub cluster_id: Option<String>,
     pub metadata_log_dir: PathBuf,
@@ -807,8 +839,8 @@ impl BrokerConfig {
             get("controller.listener.names").unwrap_or_default().split(',').map(|n| n.trim().to_string()).collect();
         let (controller_listeners, listeners): (Vec<Listener>, Vec<Listener>) =
             listeners.into_iter().partition(|l| controller_names.contains(&l.name));
-        let advertised_listeners: Vec<Listener> =
-            advertised_listeners.into_iter().filter(|l| !controller_names.contains(&l.name)).collect();
+        let (advertised_controller, advertised_listeners): (Vec<Listener>, Vec<Listener>) =
+            advertised_listeners.into_iter().partition(|l| controller_names.contains(&l.name));
         let roles = get("process.roles").unwrap_or_default();
         let controller_role = roles.contains("controller");
         let broker_role = roles.contains("broker");
@@ -832,26 +864,59 @@ impl BrokerConfig {
         }
         let advertised_listeners =
             if advertised_listeners.is_empty() { listeners.clone() } else { advertised_listeners };
-        if get("controller.quorum.bootstrap.servers").is_some() {
-            return Err(ConfigError::Inconsistent {
-                key: "controller.quorum.bootstrap.servers".into(),
-                reason:
-                    "the dynamic quorum bootstrap is not supported yet; list the voters in controller.quorum.voters"
-                        .into(),
-            });
-        }
         let node_id = req_int("node.id")? as i32;
         let voters = match get("controller.quorum.voters") {
             Some(v) => parse_voters(&v)
                 .map_err(|reason| ConfigError::Inconsistent { key: "controller.quorum.voters".into(), reason })?,
             None => BTreeMap::new(),
         };
+        let bootstrap = match get("controller.quorum.bootstrap.servers") {
+            Some(v) => parse_host_ports(&v).map_err(|reason| ConfigError::Inconsistent {
+                key: "controller.quorum.bootstrap.servers".into(),
+                reason,
+            })?,
+            None => Vec::new(),
+        };
+        if !bootstrap.is_empty() && !voters.is_empty() {
+            return Err(ConfigError::Inconsistent {
+                key: "controller.quorum.bootstrap.servers".into(),
+                reason: "set either controller.quorum.voters (a static quorum) or controller.quorum.bootstrap.servers (a dynamic one), not both".into(),
+            });
+        }
         let controller_listener = controller_listeners.first().cloned();
-        if controller_role {
+        // Where other controllers reach this one: its CONTROLLER entry in advertised.listeners,
+        // else the listener itself if it names a host.
+        let controller_advertised = controller_listener.as_ref().and_then(|l| {
+            advertised_controller
+                .iter()
+                .find(|a| a.name == l.name)
+                .or(Some(l))
+                .filter(|a| !a.host.is_empty() && a.host != "0.0.0.0" && a.host != "::")
+                .map(|a| format!("{}:{}", a.host, a.port))
+        });
+        let dynamic = !bootstrap.is_empty();
+        if dynamic && controller_role && controller_listener.is_none() {
+            return Err(ConfigError::Inconsistent {
+                key: "listeners".into(),
+                reason: format!(
+                    "a controller needs a listener named in controller.listener.names ({})",
+                    controller_names.join(",")
+                ),
+            });
+        }
+        if dynamic && controller_role && controller_advertised.is_none() {
+            return Err(ConfigError::Inconsistent {
+                key: "advertised.listeners".into(),
+                reason: "a controller of a dynamic quorum needs an address others can reach: a CONTROLLER entry in advertised.listeners, or a host in its CONTROLLER listener".into(),
+            });
+        }
+        if dynamic {
+            // The voters are in the metadata log; nothing more to check here.
+        } else if controller_role {
             if !broker_role && (voters.is_empty() || controller_listener.is_none()) {
                 return Err(ConfigError::Inconsistent {
                     key: if voters.is_empty() { "controller.quorum.voters" } else { "listeners" }.into(),
-                    reason: "a controller-only node needs the quorum's voters and a listener named in controller.listener.names".into(),
+                    reason: "a controller-only node needs the quorum (controller.quorum.voters, or controller.quorum.bootstrap.servers) and a listener named in controller.listener.names".into(),
                 });
             }
             if voters.is_empty() && controller_listener.is_none() {
@@ -859,7 +924,7 @@ impl BrokerConfig {
             } else if voters.is_empty() {
                 return Err(ConfigError::Inconsistent {
                     key: "controller.quorum.voters".into(),
-                    reason: "a controller with a CONTROLLER listener needs the quorum's voters (list this node to start a new quorum with it)".into(),
+                    reason: "a controller with a CONTROLLER listener needs the quorum's voters (list this node to start a new quorum with it), or controller.quorum.bootstrap.servers for a dynamic quorum".into(),
                 });
             } else if controller_listener.is_none() {
                 return Err(ConfigError::Inconsistent {
@@ -874,7 +939,7 @@ impl BrokerConfig {
             if voters.is_empty() {
                 return Err(ConfigError::Inconsistent {
                     key: "controller.quorum.voters".into(),
-                    reason: "a broker-only node needs the voters of the metadata quorum".into(),
+                    reason: "a broker-only node needs the voters of the metadata quorum, or controller.quorum.bootstrap.servers".into(),
                 });
             }
             if voters.contains_key(&node_id) {
@@ -1005,7 +1070,10 @@ impl BrokerConfig {
             controller_role,
             broker_role,
             controller_listener,
+            controller_advertised,
             quorum_voters: voters,
+            quorum_bootstrap: bootstrap,
+            auto_join: bool_("controller.quorum.auto.join.enable"),
             cluster_id,
             metadata_log_dir,
             election_timeout_ms: req_int("controller.quorum.election.timeout.ms")? as u64,
@@ -1072,7 +1140,8 @@ impl BrokerConfig {
 pub fn help_text() -> String {
     let mut s = String::from(
         "oxbow-broker: a Kafka-compatible broker\n\n\
-         USAGE:\n    oxbow-broker [--config server.properties] [--override key=value]...\n\n\
+         USAGE:\n    oxbow-broker [--config server.properties] [--override key=value]...\n\
+         \x20   oxbow-broker format [--config ...] (see oxbow-broker format --help)\n\n\
          With no arguments: one node on 127.0.0.1:9092, data under ./oxbow-data.\n\
          SIGTERM or SIGINT shuts down cleanly.\n\nOPTIONS:\n\
          \x20   --config FILE            read Kafka-style server.properties\n\
@@ -1243,6 +1312,32 @@ mod tests {
         ]))
         .err();
         assert!(e.map(|e| e.to_string()).unwrap_or_default().contains("controller.quorum.voters"));
+    }
+
+    #[test]
+    fn dynamic_quorum_takes_bootstrap_servers_and_an_advertised_controller_address() {
+        let boot = ("controller.quorum.bootstrap.servers", "127.0.1.1:9093,127.0.1.2:9093");
+        let err = |pairs: &[(&str, &str)]| BrokerConfig::from_map(map(pairs)).err().map(|e| e.to_string());
+        let broker = BrokerConfig::from_map(map(&[("process.roles", "broker"), ("node.id", "4"), boot]));
+        let broker = broker.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(broker.quorum_bootstrap, vec!["127.0.1.1:9093".to_string(), "127.0.1.2:9093".to_string()]);
+        assert!(broker.quorum_voters.is_empty() && !broker.auto_join);
+        let both = err(&[("process.roles", "broker"), ("controller.quorum.voters", "1@127.0.1.1:9093"), boot]);
+        assert!(both.is_some_and(|m| m.contains("not both")));
+        let any_host = "PLAINTEXT://127.0.0.1:9092,CONTROLLER://0.0.0.0:9093";
+        let unreachable = err(&[("listeners", any_host), boot]);
+        assert!(unreachable.is_some_and(|m| m.contains("advertised.listeners")));
+        let c = BrokerConfig::from_map(map(&[
+            ("listeners", any_host),
+            ("advertised.listeners", "PLAINTEXT://10.0.0.1:9092,CONTROLLER://node-1.example:9093"),
+            ("controller.quorum.auto.join.enable", "true"),
+            boot,
+        ]))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.controller_advertised.as_deref(), Some("node-1.example:9093"));
+        assert_eq!(c.advertised_listeners.len(), 1, "the CONTROLLER entry is not a client listener");
+        assert!(c.auto_join);
+        assert!(err(&[("controller.quorum.bootstrap.servers", "nohost")]).is_some_and(|m| m.contains("host:port")));
     }
 
     #[test]

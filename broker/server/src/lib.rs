@@ -12,6 +12,8 @@
 //! - [`coordinator`]: the consumer group coordinator (groups and committed offsets in
 //!   `__consumer_offsets`, state machines from `oxbow-group`).
 //! - [`tasks`]: retention, flush and checkpoint jobs.
+//! - [`format`]: `oxbow-broker format` (Kafka's `kafka-storage format`), and
+//!   [`ControllerNode`] for `process.roles=controller`.
 //!
 //! [`Server::bind`] opens storage, binds the listener, joins the quorum and registers;
 //! [`Server::run`] serves until the shutdown future resolves, then shuts down cleanly (drain,
@@ -21,6 +23,7 @@ pub mod broker;
 pub mod config;
 pub mod coordinator;
 pub mod errors;
+pub mod format;
 pub mod handlers;
 pub mod health;
 pub mod metadata;
@@ -68,7 +71,7 @@ async fn quorum_config(c: &BrokerConfig) -> anyhow::Result<QuorumConfig> {
         (Some(l), true) => Some(resolve(l).await?),
         _ => None,
     };
-    let voters = if c.quorum_voters.is_empty() {
+    let voters = if c.quorum_voters.is_empty() && c.quorum_bootstrap.is_empty() {
         // A single-node quorum: this node alone, never dialed.
         [(c.node_id, "127.0.0.1:0".to_string())].into_iter().collect()
     } else {
@@ -77,6 +80,9 @@ async fn quorum_config(c: &BrokerConfig) -> anyhow::Result<QuorumConfig> {
     Ok(QuorumConfig {
         node_id: c.node_id,
         voters,
+        bootstrap: c.quorum_bootstrap.clone(),
+        auto_join: c.auto_join,
+        advertised: c.controller_advertised.clone(),
         controller: c.controller_role,
         controller_listener,
         local_ip: controller_listener
@@ -211,7 +217,12 @@ impl ControllerNode {
         if !dirs.contains(&config.metadata_log_dir) {
             dirs.push(config.metadata_log_dir.clone());
         }
-        let cluster_id = metadata::init_log_dirs(&dirs, config.node_id, config.cluster_id.as_deref())?;
+        let cluster_id = metadata::init_log_dirs(
+            &dirs,
+            config.node_id,
+            config.cluster_id.as_deref(),
+            config.quorum_bootstrap.is_empty(),
+        )?;
         let qcfg = quorum_config(&config).await?;
         let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();

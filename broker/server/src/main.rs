@@ -1,20 +1,68 @@
 //! `oxbow-broker [--config server.properties] [--override key=value]...`
+//! `oxbow-broker format [...]` (see `oxbow_server::format`)
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use oxbow_server::config::{BrokerConfig, config_docs, help_text};
+use oxbow_server::format::{FormatOptions, InitialControllers, USAGE as FORMAT_USAGE, parse_initial_controllers};
 use tracing_subscriber::EnvFilter;
 
 struct Args {
     config: Option<PathBuf>,
     overrides: Vec<String>,
+    /// `format` subcommand and its options.
+    format: Option<FormatOptions>,
 }
 
 fn parse_args() -> Result<Option<Args>, String> {
-    let mut args = std::env::args().skip(1);
-    let mut out = Args { config: None, overrides: Vec::new() };
+    let mut args = std::env::args().skip(1).peekable();
+    let mut out = Args { config: None, overrides: Vec::new(), format: None };
+    if args.peek().map(String::as_str) == Some("format") {
+        args.next();
+        out.format = Some(FormatOptions::default());
+    }
     while let Some(a) = args.next() {
+        if let Some(f) = out.format.as_mut() {
+            let mut initial = |i: InitialControllers| match f.initial {
+                Some(_) => {
+                    Err("give only one of --standalone, --initial-controllers, --no-initial-controllers".to_string())
+                }
+                None => {
+                    f.initial = Some(i);
+                    Ok(())
+                }
+            };
+            match a.as_str() {
+                "-h" | "--help" => {
+                    print!("{FORMAT_USAGE}");
+                    return Ok(None);
+                }
+                "-s" | "--standalone" => {
+                    initial(InitialControllers::Standalone)?;
+                    continue;
+                }
+                "-N" | "--no-initial-controllers" => {
+                    initial(InitialControllers::NoInitial)?;
+                    continue;
+                }
+                "-I" | "--initial-controllers" => {
+                    let list = args.next().ok_or("--initial-controllers needs ID@HOST:PORT,...")?;
+                    let list = parse_initial_controllers(&list).map_err(|e| format!("--initial-controllers: {e}"))?;
+                    initial(InitialControllers::List(list))?;
+                    continue;
+                }
+                "-t" | "--cluster-id" => {
+                    f.cluster_id = Some(args.next().ok_or("--cluster-id needs an id")?);
+                    continue;
+                }
+                "-g" | "--ignore-formatted" => {
+                    f.ignore_formatted = true;
+                    continue;
+                }
+                _ => {}
+            }
+        }
         match a.as_str() {
             "-h" | "--help" => {
                 print!("{}", help_text());
@@ -77,6 +125,18 @@ fn main() -> ExitCode {
     };
     for k in &config.unknown {
         tracing::warn!(key = %k, "unknown configuration key ignored");
+    }
+    if let Some(opts) = &args.format {
+        return match oxbow_server::format::format(&config, opts) {
+            Ok(done) => {
+                println!("{done}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("oxbow-broker format: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -27,6 +27,10 @@ pub enum MetaError {
         "{path} holds cluster.id {stored}, but the configured cluster.id is {configured}: this storage belongs to another cluster (use an empty log dir, or the cluster.id it was formatted with)"
     )]
     ClusterIdConfigMismatch { path: PathBuf, stored: String, configured: String },
+    #[error(
+        "no cluster id: a node of a dynamic quorum (controller.quorum.bootstrap.servers) needs cluster.id in its config, or storage formatted with `oxbow-broker format --cluster-id ID`"
+    )]
+    NoClusterId,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,8 +67,15 @@ pub fn new_cluster_id() -> String {
 }
 
 /// Reads or writes `meta.properties` in every log dir (Kafka's format) and returns the
-/// cluster id they agree on.
-pub fn init_log_dirs(dirs: &[PathBuf], node_id: i32, configured: Option<&str>) -> Result<String, MetaError> {
+/// cluster id they agree on. With neither a stored nor a configured id, a new one is generated
+/// if `may_generate` (a node that starts a cluster alone), else it is an error (a node joining
+/// a cluster must be given its id).
+pub fn init_log_dirs(
+    dirs: &[PathBuf],
+    node_id: i32,
+    configured: Option<&str>,
+    may_generate: bool,
+) -> Result<String, MetaError> {
     let mut cluster_id: Option<String> = None;
     for d in dirs {
         std::fs::create_dir_all(d).map_err(io(d))?;
@@ -90,7 +101,11 @@ pub fn init_log_dirs(dirs: &[PathBuf], node_id: i32, configured: Option<&str>) -
             }
         }
     }
-    let cluster_id = cluster_id.or_else(|| configured.map(str::to_string)).unwrap_or_else(new_cluster_id);
+    let cluster_id = match cluster_id.or_else(|| configured.map(str::to_string)) {
+        Some(id) => id,
+        None if may_generate => new_cluster_id(),
+        None => return Err(MetaError::NoClusterId),
+    };
     for d in dirs {
         let p = d.join("meta.properties");
         if !p.exists() {
@@ -157,14 +172,15 @@ mod tests {
     fn meta_properties_pin_node_and_cluster() -> Result<(), MetaError> {
         let d = tempfile::tempdir().map_err(|e| MetaError::Io { path: "tmp".into(), source: e })?;
         let dirs = [d.path().to_path_buf()];
-        let cid = init_log_dirs(&dirs, 1, None)?;
-        assert_eq!(init_log_dirs(&dirs, 1, None)?, cid);
-        assert_eq!(init_log_dirs(&dirs, 1, Some(&cid))?, cid);
-        assert!(matches!(init_log_dirs(&dirs, 2, None), Err(MetaError::NodeIdMismatch { .. })));
-        let e = init_log_dirs(&dirs, 1, Some("another-cluster")).expect_err("mismatch");
+        let cid = init_log_dirs(&dirs, 1, None, true)?;
+        assert_eq!(init_log_dirs(&dirs, 1, None, false)?, cid);
+        assert_eq!(init_log_dirs(&dirs, 1, Some(&cid), true)?, cid);
+        assert!(matches!(init_log_dirs(&dirs, 2, None, true), Err(MetaError::NodeIdMismatch { .. })));
+        let e = init_log_dirs(&dirs, 1, Some("another-cluster"), true).expect_err("mismatch");
         assert!(e.to_string().contains("another-cluster"), "{e}");
         let d2 = tempfile::tempdir().map_err(|e| MetaError::Io { path: "tmp".into(), source: e })?;
-        assert_eq!(init_log_dirs(&[d2.path().to_path_buf()], 1, Some("given-id"))?, "given-id");
+        assert!(matches!(init_log_dirs(&[d2.path().to_path_buf()], 1, None, false), Err(MetaError::NoClusterId)));
+        assert_eq!(init_log_dirs(&[d2.path().to_path_buf()], 1, Some("given-id"), false)?, "given-id");
         Ok(())
     }
 }
