@@ -15,6 +15,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod config;
+pub mod epochs;
 pub mod error;
 pub mod index;
 pub mod log;

@@ -20,6 +20,7 @@ use kafka_protocol::records::RecordBatchDecoder;
 use crate::batch::{self, BatchHeader, BatchIter, HEADER_LEN, ValidBatch};
 use crate::checkpoint::write_atomic;
 use crate::config::{LogConfig, TargetCompression};
+use crate::epochs::EpochCache;
 use crate::error::{LogError, Result};
 use crate::producer_state::{ProducerState, SeqCheck};
 use crate::recompress::recompress;
@@ -129,6 +130,8 @@ pub struct Log {
     last_flush_ms: i64,
     /// The log cleaner's first dirty offset (compacted topics).
     cleaner_offset: i64,
+    /// Leader epochs and where each starts (replication).
+    epochs: EpochCache,
 }
 
 fn settings(c: &LogConfig) -> SegmentSettings {
@@ -256,13 +259,161 @@ impl Log {
             unflushed_messages: 0,
             last_flush_ms: opts.now_ms,
             cleaner_offset: crate::cleaner::read_checkpoint(dir).unwrap_or(0),
+            epochs: EpochCache::default(),
         };
+        log.epochs = log.load_epochs()?;
         log.load_producer_state(opts.clean_shutdown)?;
         report.producers_loaded = log.producers.len();
         if !opts.clean_shutdown {
             log.write_producer_snapshot(leo)?;
         }
         Ok((log, report))
+    }
+
+    /// The leader epoch checkpoint, without epochs past the log end; rebuilt from the batch
+    /// headers if a non-empty log has none (data written before it existed).
+    fn load_epochs(&self) -> Result<EpochCache> {
+        let leo = self.log_end_offset();
+        if let Some(mut c) = EpochCache::read(&self.dir)? {
+            c.truncate_from(leo + 1, &self.dir)?;
+            return Ok(c);
+        }
+        if leo == self.first_segment_base() {
+            return Ok(EpochCache::default());
+        }
+        let mut headers = Vec::new();
+        for (file, path, base) in
+            self.sealed.values().map(|s| (s.core.file.clone(), s.core.log_path.clone(), s.core.base_offset)).chain(
+                std::iter::once((
+                    self.active.core.file.clone(),
+                    self.active.core.log_path.clone(),
+                    self.active.core.base_offset,
+                )),
+            )
+        {
+            scan_log(&file, &path, 0, base, |_, h| headers.push((h.leader_epoch, h.base_offset)))?;
+        }
+        EpochCache::rebuild(headers, &self.dir)
+    }
+
+    /// The newest leader epoch in the log and the offset it starts at.
+    pub fn latest_epoch(&self) -> Option<(i32, i64)> {
+        self.epochs.latest()
+    }
+
+    /// OffsetsForLeaderEpoch: the largest epoch at most `epoch` and the offset where it ends.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        self.epochs.end_offset_for(epoch, self.log_end_offset())
+    }
+
+    /// Appends batches a follower fetched from its leader: offsets and leader epochs stay as the
+    /// leader wrote them; the first batch must start at the log end. An incomplete batch at the
+    /// end of `records` (a fetch cut at its byte limit) is left for the next fetch.
+    pub fn append_as_follower(&mut self, records: &[u8], now_ms: i64) -> Result<AppendResult> {
+        let leo = self.log_end_offset();
+        let mut placed: Vec<(Range<usize>, BatchHeader)> = Vec::new();
+        let mut it = BatchIter::new(records).verify_crc();
+        let mut next = leo;
+        for (at, h) in it.by_ref() {
+            if h.base_offset != next {
+                return Err(crate::error::BatchError::Corrupt(format!(
+                    "replicated batch at offset {} where the log expects {next}",
+                    h.base_offset
+                ))
+                .into());
+            }
+            placed.push((at..at + h.total_size(), h));
+            next = h.next_offset();
+        }
+        if let Some(batch::Stop::Corrupt(why)) = it.stopped {
+            return Err(crate::error::BatchError::Corrupt(why).into());
+        }
+        let end = it.position();
+        let (Some(first), Some(last)) = (placed.first().map(|p| p.1), placed.last().map(|p| p.1)) else {
+            return Ok(AppendResult {
+                base_offset: leo,
+                last_offset: leo - 1,
+                log_append_time: -1,
+                log_start_offset: self.log_start_offset,
+                duplicate: false,
+                records: 0,
+                bytes: 0,
+            });
+        };
+        for (_, h) in &placed {
+            self.epochs.assign(h.leader_epoch, h.base_offset, &self.dir)?;
+        }
+        if self.active.needs_roll(
+            end as u64,
+            last.last_offset(),
+            self.config.segment_bytes,
+            self.config.segment_ms,
+            now_ms,
+        ) {
+            self.roll(now_ms)?;
+        }
+        self.active.append(&records[..end], &placed)?;
+        for (_, h) in &placed {
+            self.producers.record(h);
+        }
+        let records_n = last.next_offset() - first.base_offset;
+        self.unflushed_messages += records_n;
+        if self.unflushed_messages >= self.config.flush_messages {
+            self.flush(now_ms)?;
+        }
+        Ok(AppendResult {
+            base_offset: first.base_offset,
+            last_offset: last.last_offset(),
+            log_append_time: -1,
+            log_start_offset: self.log_start_offset,
+            duplicate: false,
+            records: records_n,
+            bytes: end,
+        })
+    }
+
+    /// Drops every batch from the one holding `offset` on (a follower whose log diverged from its
+    /// leader's); returns the new log end. Producer state, leader epochs, the high watermark and
+    /// the recovery point follow.
+    pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> Result<i64> {
+        let offset = offset.max(self.log_start_offset);
+        if offset >= self.log_end_offset() {
+            return Ok(self.log_end_offset());
+        }
+        let s = settings(&self.config);
+        if self.active.core.base_offset > offset {
+            // The cut is in a sealed segment: it becomes the active one again; later ones go.
+            let holder = self.sealed.range(..=offset).next_back().map(|(b, _)| *b);
+            let Some(holder) = holder else {
+                return Err(LogError::OffsetOutOfRange {
+                    offset,
+                    start: self.log_start_offset,
+                    end: self.log_end_offset(),
+                });
+            };
+            let later: Vec<i64> = self.sealed.range(holder + 1..).map(|(b, _)| *b).collect();
+            for b in later {
+                if let Some(seg) = self.sealed.remove(&b) {
+                    seg.delete();
+                }
+            }
+            drop(self.sealed.remove(&holder));
+            let (reopened, _) = ActiveSegment::recover(&self.dir, holder, s, now_ms)?;
+            std::mem::replace(&mut self.active, reopened).delete();
+        }
+        let cut = match self.active.core.find_batch(offset, self.active.lookup_position(offset))? {
+            Some((_, h)) => h.base_offset.min(offset),
+            None => offset,
+        };
+        self.active.truncate_to(cut)?;
+        let leo = self.log_end_offset();
+        self.epochs.truncate_from(leo, &self.dir)?;
+        self.high_watermark = self.high_watermark.min(leo);
+        self.recovery_point = self.recovery_point.min(leo);
+        self.cleaner_offset = self.cleaner_offset.min(leo);
+        self.producers = ProducerState::default();
+        self.load_producer_state(false)?;
+        Ok(leo)
     }
 
     /// Loads the newest usable snapshot at or below the log end and replays the batches after
@@ -485,6 +636,7 @@ impl Log {
         ) {
             self.roll(now_ms)?;
         }
+        self.epochs.assign(leader_epoch, first.base_offset, &self.dir)?;
         self.active.append(&buf, &placed)?;
         for (_, h) in &placed {
             self.producers.record(h);

@@ -307,7 +307,12 @@ impl ActiveSegment {
         Ok(Ok(seg))
     }
 
-    fn recover(dir: &Path, base_offset: i64, s: SegmentSettings, now_ms: i64) -> Result<(Self, Option<String>)> {
+    pub(crate) fn recover(
+        dir: &Path,
+        base_offset: i64,
+        s: SegmentSettings,
+        now_ms: i64,
+    ) -> Result<(Self, Option<String>)> {
         let (core, file_len) = Self::new_core(dir, base_offset)?;
         let mut seg = Self::with_fresh_indexes(core, s, now_ms)?;
         let mut batches = Vec::new();
