@@ -353,14 +353,7 @@ impl Log {
             self.roll(now_ms)?;
         }
         self.active.append(&records[..end], &placed)?;
-        for (_, h) in &placed {
-            self.producers.record(h);
-        }
-        let records_n = last.next_offset() - first.base_offset;
-        self.unflushed_messages += records_n;
-        if self.unflushed_messages >= self.config.flush_messages {
-            self.flush(now_ms)?;
-        }
+        let records_n = self.appended(&placed, now_ms)?;
         Ok(AppendResult {
             base_offset: first.base_offset,
             last_offset: last.last_offset(),
@@ -370,6 +363,23 @@ impl Log {
             records: records_n,
             bytes: end,
         })
+    }
+
+    /// After batches were written: producer state, and a flush once `flush.messages` is
+    /// reached. Returns the number of records written.
+    fn appended(&mut self, placed: &[(Range<usize>, BatchHeader)], now_ms: i64) -> Result<i64> {
+        for (_, h) in placed {
+            self.producers.record(h);
+        }
+        let records_n = match (placed.first(), placed.last()) {
+            (Some((_, first)), Some((_, last))) => last.next_offset() - first.base_offset,
+            _ => 0,
+        };
+        self.unflushed_messages += records_n;
+        if self.unflushed_messages >= self.config.flush_messages {
+            self.flush(now_ms)?;
+        }
+        Ok(records_n)
     }
 
     /// Drops every batch from the one holding `offset` on (a follower whose log diverged from its
@@ -638,14 +648,7 @@ impl Log {
         }
         self.epochs.assign(leader_epoch, first.base_offset, &self.dir)?;
         self.active.append(&buf, &placed)?;
-        for (_, h) in &placed {
-            self.producers.record(h);
-        }
-        let records_n = last.next_offset() - first.base_offset;
-        self.unflushed_messages += records_n;
-        if self.unflushed_messages >= self.config.flush_messages {
-            self.flush(now_ms)?;
-        }
+        let records_n = self.appended(&placed, now_ms)?;
         Ok(AppendResult {
             base_offset: first.base_offset,
             last_offset: last.last_offset(),

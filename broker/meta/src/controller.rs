@@ -66,6 +66,18 @@ pub enum Command {
     ReserveProducerIds {
         below: i64,
     },
+    /// A partition leader changes its ISR (Kafka's AlterPartition): followers that caught up
+    /// join, followers that fell behind leave. Checked against the leader's epochs as Kafka's
+    /// controller checks them.
+    AlterPartition {
+        node_id: NodeId,
+        broker_epoch: i64,
+        topic_id: Uuid,
+        partition: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<NodeId>,
+    },
     /// ElectLeaders (KIP-460): `partitions: None` means every partition, and then the reply
     /// leaves out those that needed no election (as Kafka).
     ElectLeaders {
@@ -121,6 +133,13 @@ pub enum Reply {
     },
     /// ElectLeaders: (topic, partition, outcome), in request order.
     Elections(Vec<(String, i32, ElectionOutcome)>),
+    /// AlterPartition: the partition as it now is.
+    Partition {
+        leader: NodeId,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<NodeId>,
+    },
 }
 
 /// Why a command was refused. The broker maps these onto Kafka error codes in one place.
@@ -142,6 +161,14 @@ pub enum Refusal {
     BrokerNotRegistered(String),
     #[error("{0}")]
     DuplicateBrokerRegistration(String),
+    #[error("{0}")]
+    NotLeader(String),
+    #[error("{0}")]
+    FencedLeaderEpoch(String),
+    #[error("{0}")]
+    InvalidUpdateVersion(String),
+    #[error("{0}")]
+    IneligibleReplica(String),
 }
 
 /// The outcome of one command: records to write, and the reply once they are committed.
@@ -275,6 +302,24 @@ impl Controller {
                 };
                 Ok(Decision::new(records, Reply::Done))
             }
+            Command::AlterPartition {
+                node_id,
+                broker_epoch,
+                topic_id,
+                partition,
+                leader_epoch,
+                partition_epoch,
+                isr,
+            } => alter_partition(
+                img,
+                *node_id,
+                *broker_epoch,
+                *topic_id,
+                *partition,
+                *leader_epoch,
+                *partition_epoch,
+                isr,
+            ),
             Command::ElectLeaders { election, partitions } => Ok(elect_leaders(img, *election, partitions.as_deref())),
             Command::AllocateProducerIds { node_id } => {
                 let start = img.next_producer_id;
@@ -476,6 +521,76 @@ fn with_topic_id(mut d: Decision, id: Uuid) -> Decision {
         }
     }
     d
+}
+
+/// AlterPartition: the leader's new ISR, if its view of the partition is current.
+#[allow(clippy::too_many_arguments)]
+fn alter_partition(
+    img: &MetadataImage,
+    node: NodeId,
+    broker_epoch: i64,
+    topic_id: Uuid,
+    partition: i32,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    isr: &[NodeId],
+) -> Result<Decision, Refusal> {
+    match img.brokers.get(&node) {
+        Some(b) if b.epoch == broker_epoch => {}
+        Some(b) => {
+            return Err(Refusal::StaleBrokerEpoch(format!(
+                "broker {node} sent epoch {broker_epoch}, its registration has {}",
+                b.epoch
+            )));
+        }
+        None => return Err(Refusal::BrokerNotRegistered(format!("broker {node} is not registered"))),
+    }
+    let t = img.topic_by_id(topic_id).ok_or_else(|| Refusal::UnknownTopic(format!("no topic with id {topic_id}")))?;
+    let p = t
+        .partitions
+        .get(usize::try_from(partition).unwrap_or(usize::MAX))
+        .ok_or_else(|| Refusal::UnknownTopic(format!("{}-{partition} does not exist", t.name)))?;
+    let name = format!("{}-{partition}", t.name);
+    if p.leader != node {
+        return Err(Refusal::NotLeader(format!("broker {node} does not lead {name} (leader: {})", p.leader)));
+    }
+    if leader_epoch != p.leader_epoch {
+        return Err(Refusal::FencedLeaderEpoch(format!(
+            "{name}: leader epoch {leader_epoch} is not the current {}",
+            p.leader_epoch
+        )));
+    }
+    if partition_epoch != p.partition_epoch {
+        return Err(Refusal::InvalidUpdateVersion(format!(
+            "{name}: partition epoch {partition_epoch} is not the current {}",
+            p.partition_epoch
+        )));
+    }
+    if !isr.contains(&node) {
+        return Err(Refusal::IneligibleReplica(format!("{name}: the leader must stay in the ISR")));
+    }
+    if let Some(r) = isr.iter().find(|r| !p.replicas.contains(r)) {
+        return Err(Refusal::IneligibleReplica(format!("{name}: broker {r} is not a replica")));
+    }
+    // Only active brokers may join (a fenced or shutting-down broker may stay if it was in).
+    if let Some(r) = isr.iter().find(|r| !p.isr.contains(r) && !img.is_active(**r)) {
+        return Err(Refusal::IneligibleReplica(format!("{name}: broker {r} is fenced or shutting down")));
+    }
+    let mut records = Vec::new();
+    if isr != p.isr.as_slice() {
+        records.push(Record::PartitionChange(PartitionChange {
+            topic_id,
+            partition,
+            leader: None,
+            isr: Some(isr.to_vec()),
+            replicas: None,
+        }));
+    }
+    let partition_epoch = p.partition_epoch + i32::from(!records.is_empty());
+    Ok(Decision::new(
+        records,
+        Reply::Partition { leader: node, leader_epoch: p.leader_epoch, partition_epoch, isr: isr.to_vec() },
+    ))
 }
 
 /// ElectLeaders over the named partitions, or all of them.
@@ -913,6 +1028,53 @@ mod tests {
         );
         // All partitions: only those an election was tried for are reported.
         assert_eq!(elect(&mut c, &mut img, Election::Preferred, None), Reply::Elections(vec![]));
+    }
+
+    #[test]
+    fn alter_partition_checks_the_leaders_view() {
+        let (mut c, mut img) = cluster(&[None, None, None]);
+        create(&mut c, &mut img, "t", 1, 3).expect("create");
+        let p = img.topic("t").expect("t").partitions[0].clone();
+        let id = img.topic("t").expect("t").id;
+        let alter = |img: &MetadataImage, node: NodeId, le: i32, pe: i32, isr: Vec<NodeId>| Command::AlterPartition {
+            node_id: node,
+            broker_epoch: img.brokers[&node].epoch,
+            topic_id: id,
+            partition: 0,
+            leader_epoch: le,
+            partition_epoch: pe,
+            isr,
+        };
+        let l = p.leader;
+        let shrunk: Vec<NodeId> = vec![l];
+        let d = c.decide(&img, &alter(&img, l, p.leader_epoch, p.partition_epoch, shrunk.clone()), 1).expect("shrink");
+        commit(&mut img, &d);
+        let now = img.topic("t").expect("t").partitions[0].clone();
+        assert_eq!(
+            (now.isr.clone(), now.leader_epoch, now.partition_epoch),
+            (shrunk, p.leader_epoch, p.partition_epoch + 1)
+        );
+        assert_eq!(
+            d.reply,
+            Reply::Partition {
+                leader: l,
+                leader_epoch: now.leader_epoch,
+                partition_epoch: now.partition_epoch,
+                isr: vec![l]
+            }
+        );
+        let stale = alter(&img, l, p.leader_epoch, p.partition_epoch, p.replicas.clone());
+        assert!(matches!(c.decide(&img, &stale, 2), Err(Refusal::InvalidUpdateVersion(_))));
+        let fenced = alter(&img, l, p.leader_epoch + 1, now.partition_epoch, p.replicas.clone());
+        assert!(matches!(c.decide(&img, &fenced, 2), Err(Refusal::FencedLeaderEpoch(_))));
+        let other = *p.replicas.iter().find(|r| **r != l).expect("follower");
+        let not_leader = alter(&img, other, now.leader_epoch, now.partition_epoch, p.replicas.clone());
+        assert!(matches!(c.decide(&img, &not_leader, 2), Err(Refusal::NotLeader(_))));
+        let d = c
+            .decide(&img, &alter(&img, l, now.leader_epoch, now.partition_epoch, p.replicas.clone()), 3)
+            .expect("expand");
+        commit(&mut img, &d);
+        assert_eq!(img.topic("t").expect("t").partitions[0].isr, p.replicas);
     }
 
     #[test]
