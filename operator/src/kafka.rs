@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
@@ -16,10 +16,11 @@ use kafka_protocol::messages::describe_quorum_request::{PartitionData as QuorumP
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    ApiKey, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    DescribeQuorumRequest, IncrementalAlterConfigsRequest, MetadataRequest, RequestHeader, TopicName,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeQuorumRequest,
+    IncrementalAlterConfigsRequest, MetadataRequest, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::protocol::{Request, StrBytes};
+use oxbow_protocol::client::{decode_response, request_frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -161,20 +162,8 @@ impl Admin {
     }
 
     async fn send<R: Request>(&mut self, version: i16, req: &R) -> Result<R::Response, KafkaError> {
-        let key = ApiKey::try_from(R::KEY).map_err(|_| self.protocol("unknown api key"))?;
         self.correlation += 1;
-        let mut header = RequestHeader::default();
-        header.request_api_key = R::KEY;
-        header.request_api_version = version;
-        header.correlation_id = self.correlation;
-        header.client_id = Some(StrBytes::from_static_str("oxbow-operator"));
-        let mut body = BytesMut::new();
-        header.encode(&mut body, key.request_header_version(version)).map_err(|e| self.protocol(e))?;
-        req.encode(&mut body, version).map_err(|e| self.protocol(e))?;
-        let mut frame = BytesMut::with_capacity(body.len() + 4);
-        frame.put_i32(body.len() as i32);
-        frame.extend_from_slice(&body);
-
+        let frame = request_frame(version, self.correlation, "oxbow-operator", req).map_err(|e| self.protocol(e))?;
         let exchange = async {
             self.stream.write_all(&frame).await?;
             let size = self.stream.read_i32().await?;
@@ -182,20 +171,11 @@ impl Admin {
             self.stream.read_exact(&mut buf).await?;
             Ok::<_, std::io::Error>(Bytes::from(buf))
         };
-        let mut body = tokio::time::timeout(TIMEOUT, exchange)
+        let body = tokio::time::timeout(TIMEOUT, exchange)
             .await
             .map_err(|_| KafkaError::Timeout { addr: self.addr.clone() })?
             .map_err(|e| self.io(e))?;
-        if body.remaining() < 4 || body.get_i32() != self.correlation {
-            return Err(self.protocol("correlation id mismatch"));
-        }
-        if key.response_header_version(version) >= 1 {
-            // Tagged fields of the response header: none are defined; skip a count of 0.
-            if body.remaining() < 1 || body.get_u8() != 0 {
-                return Err(self.protocol("unexpected tagged fields in the response header"));
-            }
-        }
-        R::Response::decode(&mut body, version).map_err(|e| self.protocol(e))
+        decode_response::<R>(version, self.correlation, body).map_err(|e| self.protocol(e))
     }
 
     /// The metadata quorum as DescribeQuorum reports it (any broker forwards to the leader).

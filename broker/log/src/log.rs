@@ -296,6 +296,13 @@ impl Log {
         EpochCache::rebuild(headers, &self.dir)
     }
 
+    /// A new leader epoch starts at the log end (this replica became its leader): recorded at
+    /// once, as Kafka does, so OffsetsForLeaderEpoch answers for it before its first write.
+    pub fn assign_epoch(&mut self, epoch: i32) -> Result<()> {
+        let leo = self.log_end_offset();
+        self.epochs.assign(epoch, leo, &self.dir)
+    }
+
     /// The newest leader epoch in the log and the offset it starts at.
     pub fn latest_epoch(&self) -> Option<(i32, i64)> {
         self.epochs.latest()

@@ -4,11 +4,14 @@
 //!   decoded (and how it is answered when it cannot be).
 //! - [`versions`]: the table of APIs and versions this broker advertises in ApiVersions. Only
 //!   versions whose handlers fully work are listed.
+//! - [`client`]: request frames and response decoding for clients (the operator, replica
+//!   fetchers).
 //! - [`codec`]: decoding request bodies and encoding responses with the right header version, on
 //!   top of the `kafka-protocol` crate.
 //!
 //! Message types are re-exported from `kafka-protocol` as [`messages`].
 
+pub mod client;
 pub mod codec;
 pub mod frame;
 pub mod versions;

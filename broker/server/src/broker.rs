@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::config::{BrokerConfig, Listener};
 use crate::errors::ApiError;
 use crate::metadata::{MetaError, TopicMeta, init_log_dirs};
-use crate::partition::Partition;
+use crate::partition::{IsrChange, Partition};
 use crate::replica::ReplicaState;
 use crate::topic_config;
 use oxbow_meta::records::{Endpoint, PartitionRecord};
@@ -334,6 +334,42 @@ impl Broker {
         }
     }
 
+    /// Asks the active controller for an ISR change of a partition this broker leads, in the
+    /// background; the new ISR takes effect when the image carries it.
+    pub fn request_isr_change(self: &Arc<Self>, topic_id: Uuid, p: Arc<Partition>, change: IsrChange) {
+        let b = self.clone();
+        tokio::spawn(async move {
+            let cmd = Command::AlterPartition {
+                node_id: b.node_id(),
+                broker_epoch: b.broker_epoch(),
+                topic_id,
+                partition: p.index,
+                leader_epoch: change.leader_epoch,
+                partition_epoch: change.partition_epoch,
+                isr: change.isr.clone(),
+            };
+            match b.execute(cmd).await {
+                Ok(_) => tracing::info!(topic = %p.topic, partition = p.index, isr = ?change.isr, "ISR changed"),
+                Err(e) => {
+                    tracing::warn!(topic = %p.topic, partition = p.index, isr = ?change.isr, error = %e.message, "ISR change refused");
+                    p.isr_change_failed();
+                }
+            }
+        });
+    }
+
+    /// `host:port` of a registered broker's client listener, from the image.
+    pub fn broker_address(&self, node: i32) -> Option<String> {
+        let image = self.image();
+        let l = image.brokers.get(&node)?.listeners.first()?.clone();
+        Some(format!("{}:{}", l.host, l.port))
+    }
+
+    /// Subscribes to the version of the metadata image this broker has applied.
+    pub fn subscribe_applied(&self) -> watch::Receiver<u64> {
+        self.applied.subscribe()
+    }
+
     pub fn broker_epoch(&self) -> i64 {
         self.epoch.load(Ordering::Relaxed)
     }
@@ -455,14 +491,6 @@ impl Broker {
         // without a round trip.
         oxbow_meta::controller::place(&self.image(), 0, 1, replication_factor)
             .map_err(|r| ApiError::from(oxbow_meta::CommandError::Refused(r)))?;
-        if replication_factor > 1 {
-            return Err(ApiError::new(
-                ResponseError::InvalidReplicationFactor,
-                format!(
-                    "Replication factor {replication_factor} is not supported yet: partitions are not replicated yet, so every partition has one replica."
-                ),
-            ));
-        }
         for (k, v) in configs {
             topic_config::validate(k, Some(v))?;
         }
@@ -475,15 +503,17 @@ impl Broker {
         &self,
         name: &str,
         partitions: i32,
+        replication_factor: i16,
         assignments: Option<Vec<Vec<i32>>>,
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<Option<Arc<Topic>>, ApiError> {
-        self.check_new_topic(name, partitions, 1, &configs)?;
+        let rf = assignments.as_ref().and_then(|a| a.first()).map_or(replication_factor, |a| a.len() as i16);
+        self.check_new_topic(name, partitions, rf, &configs)?;
         let cmd = Command::CreateTopic {
             name: name.to_string(),
             partitions,
-            replication_factor: 1,
+            replication_factor: rf,
             assignments,
             configs,
             topic_id: None,
@@ -641,7 +671,7 @@ impl Broker {
                     None
                 };
                 if let Some(x) = &part {
-                    x.set_replica(ReplicaState::from_record(p));
+                    x.set_replica(ReplicaState::from_record(p), now_ms());
                 }
                 local.push(part);
             }
@@ -747,7 +777,7 @@ impl Broker {
         }
         write_partition_metadata(&dir, meta.id);
         let name: Arc<str> = Arc::from(meta.name.as_str());
-        Ok(Arc::new(Partition::new(name, p, root, log, ReplicaState::single(self.node_id(), 0))))
+        Ok(Arc::new(Partition::new(name, p, root, self.node_id(), log, ReplicaState::single(-1, -1))))
     }
 
     /// Writes the recovery point and log start offset checkpoints of every log dir.

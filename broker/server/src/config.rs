@@ -176,6 +176,12 @@ pub const KEYS: &[KeyDef] = &[
         doc: "Write a metadata snapshot (and let the log before it be purged) after this many bytes of records.",
     },
     KeyDef {
+        name: "replica.lag.time.max.ms",
+        default: Some("30000"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "A follower that has not fetched up to its leader's log end for this long leaves the ISR.",
+    },
+    KeyDef {
         name: "broker.heartbeat.interval.ms",
         default: Some("2000"),
         kind: Kind::Int { min: 1, max: I32 },
@@ -510,7 +516,7 @@ pub const KEYS: &[KeyDef] = &[
         name: "offsets.topic.replication.factor",
         default: Some("1"),
         kind: Kind::Int { min: 1, max: 32767 },
-        doc: "Replication factor of `__consumer_offsets`. Apache Kafka defaults to 3; Oxbow accepts only 1 until partitions are replicated.",
+        doc: "Replication factor of `__consumer_offsets`. Apache Kafka defaults to 3; Oxbow defaults to 1 so that one node works with no setup. With fewer registered brokers, the topic is not created and group coordinators stay unavailable.",
     },
     KeyDef {
         name: "offsets.topic.segment.bytes",
@@ -706,6 +712,8 @@ pub struct GroupSettings {
     pub topic_partitions: i32,
     /// `offsets.topic.segment.bytes`
     pub topic_segment_bytes: i64,
+    /// `offsets.topic.replication.factor`
+    pub topic_replication_factor: i16,
     /// `offsets.retention.check.interval.ms`
     pub retention_check_interval_ms: u64,
     /// `offsets.commit.timeout.ms`
@@ -737,6 +745,8 @@ pub struct BrokerConfig {
     pub election_timeout_ms: u64,
     pub snapshot_bytes: u64,
     pub heartbeat_interval_ms: u64,
+    /// `replica.lag.time.max.ms`
+    pub replica_lag_time_max_ms: i64,
     pub session_timeout_ms: u64,
     pub unclean_leader_election: bool,
     /// `broker.rack`.
@@ -1007,18 +1017,6 @@ impl BrokerConfig {
             timestamp_before_max_ms: req_int("log.message.timestamp.before.max.ms")?,
         };
         let default_rf = req_int("default.replication.factor")?;
-        if default_rf != 1 {
-            return Err(ConfigError::Inconsistent {
-                key: "default.replication.factor".into(),
-                reason: "replication is not implemented yet: topics have one replica".into(),
-            });
-        }
-        if req_int("offsets.topic.replication.factor")? != 1 {
-            return Err(ConfigError::Inconsistent {
-                key: "offsets.topic.replication.factor".into(),
-                reason: "replication is not implemented yet: __consumer_offsets has one replica".into(),
-            });
-        }
         let (min_session, max_session) =
             (req_int("group.min.session.timeout.ms")?, req_int("group.max.session.timeout.ms")?);
         if min_session > max_session {
@@ -1061,6 +1059,7 @@ impl BrokerConfig {
             },
             topic_partitions: req_int("offsets.topic.num.partitions")? as i32,
             topic_segment_bytes: req_int("offsets.topic.segment.bytes")?,
+            topic_replication_factor: req_int("offsets.topic.replication.factor")? as i16,
             retention_check_interval_ms: req_int("offsets.retention.check.interval.ms")? as u64,
             commit_timeout_ms: req_int("offsets.commit.timeout.ms")? as u64,
         };
@@ -1079,6 +1078,7 @@ impl BrokerConfig {
             election_timeout_ms: req_int("controller.quorum.election.timeout.ms")? as u64,
             snapshot_bytes: req_int("metadata.log.max.record.bytes.between.snapshots")? as u64,
             heartbeat_interval_ms: req_int("broker.heartbeat.interval.ms")? as u64,
+            replica_lag_time_max_ms: req_int("replica.lag.time.max.ms")?,
             session_timeout_ms: req_int("broker.session.timeout.ms")? as u64,
             unclean_leader_election: bool_("unclean.leader.election.enable"),
             rack: get("broker.rack"),

@@ -157,7 +157,17 @@ impl Coordinator {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        match broker.create_topic(OFFSETS_TOPIC, self.settings.topic_partitions, None, configs, false).await {
+        match broker
+            .create_topic(
+                OFFSETS_TOPIC,
+                self.settings.topic_partitions,
+                self.settings.topic_replication_factor,
+                None,
+                configs,
+                false,
+            )
+            .await
+        {
             Ok(Some(t)) => Ok(t),
             Ok(None) => Err(ApiError::new(ResponseError::CoordinatorNotAvailable, "offsets topic not created")),
             Err(e) if e.error == ResponseError::TopicAlreadyExists => broker

@@ -20,6 +20,7 @@ mod admin;
 mod api_versions;
 mod configs;
 mod consumer_groups;
+mod epochs;
 mod fetch;
 mod groups;
 mod list_offsets;
@@ -80,6 +81,7 @@ pub async fn dispatch(
             },
             AnyRequest::Fetch(r) => answer!(fetch::handle(&ctx, r)),
             AnyRequest::ListOffsets(r) => answer!(list_offsets::handle(&ctx, r)),
+            AnyRequest::OffsetForLeaderEpoch(r) => answer!(epochs::handle(&ctx, r)),
             AnyRequest::CreateTopics(r) => answer!(admin::create_topics(&ctx, r)),
             AnyRequest::DeleteTopics(r) => answer!(admin::delete_topics(&ctx, r)),
             AnyRequest::CreatePartitions(r) => answer!(admin::create_partitions(&ctx, r)),

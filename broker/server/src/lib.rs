@@ -6,7 +6,8 @@
 //!   admin operations, which go to the active controller of the metadata quorum
 //!   (`oxbow-meta`); [`startup`]: registration, heartbeats, controlled shutdown;
 //!   [`metadata`]: `meta.properties` and the import of pre-quorum single-node metadata.
-//! - [`partition`]: one led partition (log + [`replica`] state + high watermark channel).
+//! - [`partition`]: one hosted partition (log + [`replica`] state + high watermark channel);
+//!   [`replication`]: followers fetching from leaders, ISR shrinking.
 //! - [`network`]: TCP server, framing, in-order pipelining and global limits.
 //! - [`handlers`]: one module per Kafka API; [`errors`]: the single error-code mapping.
 //! - [`coordinator`]: the consumer group coordinator (groups and committed offsets in
@@ -30,6 +31,7 @@ pub mod metadata;
 pub mod network;
 pub mod partition;
 pub mod replica;
+pub mod replication;
 pub mod startup;
 pub mod tasks;
 pub mod topic_config;
@@ -169,6 +171,7 @@ impl Server {
         let mut jobs = JoinSet::new();
         tasks::spawn_all(&mut jobs, self.broker.clone(), token.clone());
         jobs.spawn(self.broker.groups.clone().run_timers(self.broker.clone(), token.child_token()));
+        jobs.spawn(replication::run(self.broker.clone(), token.child_token()));
         self.meta_tasks.spawn(startup::heartbeats(self.broker.clone(), self.meta_stop.clone()));
         self.health.set(health::Phase::Serving);
         let health = self.health.clone();

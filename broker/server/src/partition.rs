@@ -1,5 +1,6 @@
-//! A partition this broker leads: its log and replica state behind one lock, and a watch
-//! channel carrying the high watermark to waiting producers (acks=all) and fetchers (long poll).
+//! A partition this broker hosts (leading it or following its leader): its log and replica
+//! state behind one lock, and watch channels carrying the high watermark to waiting producers
+//! (acks=all) and consumers (long poll), and the log end to followers' long polls.
 //!
 //! The lock is held for in-memory work and page-cache writes; fetch reads are planned under it
 //! and executed outside it.
@@ -36,8 +37,19 @@ pub struct Partition {
     pub index: i32,
     /// Index into `log.dirs` of the directory holding this partition.
     pub root: usize,
+    /// This broker's node id.
+    node: i32,
     inner: Mutex<Option<Inner>>,
     hw: watch::Sender<i64>,
+    leo: watch::Sender<i64>,
+}
+
+/// An ISR change this partition's leader asks the controller for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrChange {
+    pub isr: Vec<i32>,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
 }
 
 /// Offsets of a partition at one instant.
@@ -54,9 +66,30 @@ fn gone() -> ApiError {
 }
 
 impl Partition {
-    pub fn new(topic: Arc<str>, index: i32, root: usize, log: Log, replica: ReplicaState) -> Self {
+    pub fn new(topic: Arc<str>, index: i32, root: usize, node: i32, log: Log, replica: ReplicaState) -> Self {
         let (hw, _) = watch::channel(log.high_watermark());
-        Self { topic, index, root, inner: Mutex::new(Some(Inner { log, replica })), hw }
+        let (leo, _) = watch::channel(log.log_end_offset());
+        Self { topic, index, root, node, inner: Mutex::new(Some(Inner { log, replica })), hw, leo }
+    }
+
+    fn publish(&self, hw: i64, leo: i64) {
+        for (tx, v) in [(&self.hw, hw), (&self.leo, leo)] {
+            tx.send_if_modified(|cur| {
+                let changed = *cur != v;
+                *cur = v;
+                changed
+            });
+        }
+    }
+
+    /// The leader's high watermark rule, applied after any change to the ISR or a follower.
+    fn advance_hw(&self, i: &mut Inner) -> (i64, i64) {
+        let leo = i.log.log_end_offset();
+        if i.replica.leader == self.node {
+            let hw = i.replica.high_watermark(leo);
+            i.log.set_high_watermark(hw);
+        }
+        (i.log.high_watermark(), leo)
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut Inner) -> Result<R, ApiError>) -> Result<R, ApiError> {
@@ -119,16 +152,108 @@ impl Partition {
             }
             let epoch = i.replica.leader_epoch;
             let r = i.log.append(records, batches, epoch, now_ms)?;
-            let hw = i.replica.high_watermark(i.log.log_end_offset());
-            i.log.set_high_watermark(hw);
-            Ok((r, i.log.high_watermark()))
+            Ok((r, self.advance_hw(i)))
         })?;
-        self.hw.send_if_modified(|v| {
-            let changed = *v != hw;
-            *v = hw;
-            changed
-        });
+        self.publish(hw.0, hw.1);
         Ok(result)
+    }
+
+    /// Leader: a follower fetched at `offset`. Moves the high watermark; returns the ISR change
+    /// to ask the controller for if the follower has caught up enough to join.
+    pub fn follower_fetched(&self, replica: i32, offset: i64, now_ms: i64) -> Result<Option<IsrChange>, ApiError> {
+        let (change, hw) = self.with(|i| {
+            let leo = i.log.log_end_offset();
+            let hw = i.log.high_watermark();
+            let epoch_start = match i.log.latest_epoch() {
+                Some((e, start)) if e == i.replica.leader_epoch => start,
+                _ => leo,
+            };
+            let isr = i.replica.follower_fetched(replica, offset, leo, hw, epoch_start, now_ms);
+            let change = isr.map(|isr| {
+                i.replica.isr_change_pending = true;
+                IsrChange { isr, leader_epoch: i.replica.leader_epoch, partition_epoch: i.replica.partition_epoch }
+            });
+            Ok((change, self.advance_hw(i)))
+        })?;
+        self.publish(hw.0, hw.1);
+        Ok(change)
+    }
+
+    /// Leader: the ISR without followers that have not caught up for `lag_ms`, if any is to go.
+    pub fn lagging_followers(&self, now_ms: i64, lag_ms: i64) -> Option<IsrChange> {
+        self.with(|i| {
+            if i.replica.leader != self.node {
+                return Ok(None);
+            }
+            Ok(i.replica.lagging(now_ms, lag_ms).map(|isr| {
+                i.replica.isr_change_pending = true;
+                IsrChange { isr, leader_epoch: i.replica.leader_epoch, partition_epoch: i.replica.partition_epoch }
+            }))
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// The controller refused or did not answer an ISR change: a later fetch may ask again.
+    pub fn isr_change_failed(&self) {
+        let _ = self.with(|i| {
+            i.replica.isr_change_pending = false;
+            Ok(())
+        });
+    }
+
+    /// Leader: plans a follower's read, up to the log end (not the high watermark).
+    pub fn read_for_follower(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<(ReadStart, Offsets), (ApiError, Option<Offsets>)> {
+        let g = self.inner.lock();
+        let Some(i) = g.as_ref() else { return Err((gone(), None)) };
+        let offsets = i.offsets();
+        match i.log.read(offset, max_bytes, offsets.log_end, true) {
+            Ok(r) => Ok((r, offsets)),
+            Err(e) => Err((e.into(), Some(offsets))),
+        }
+    }
+
+    pub fn subscribe_log_end(&self) -> watch::Receiver<i64> {
+        self.leo.subscribe()
+    }
+
+    /// Follower: appends what the leader sent and takes its high watermark (never past the
+    /// local log end). Returns the new log end.
+    pub fn append_replicated(&self, records: &[u8], leader_hw: i64, now_ms: i64) -> Result<i64, ApiError> {
+        let (hw, leo) = self.with(|i| {
+            i.log.append_as_follower(records, now_ms)?;
+            let leo = i.log.log_end_offset();
+            i.log.set_high_watermark(leader_hw.min(leo));
+            Ok((i.log.high_watermark(), leo))
+        })?;
+        self.publish(hw, leo);
+        Ok(leo)
+    }
+
+    /// Follower: the log end and the newest leader epoch in the log.
+    pub fn log_end_and_epoch(&self) -> Result<(i64, Option<i32>), ApiError> {
+        self.with(|i| Ok((i.log.log_end_offset(), i.log.latest_epoch().map(|(e, _)| e))))
+    }
+
+    /// OffsetsForLeaderEpoch: the largest epoch at most `epoch` in this log and where it ends.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Result<(i32, i64), ApiError> {
+        self.with(|i| Ok(i.log.end_offset_for_epoch(epoch)))
+    }
+
+    /// Follower: drops the log from `offset` on (it diverged from the leader's).
+    pub fn truncate_to(&self, offset: i64, now_ms: i64) -> Result<i64, ApiError> {
+        let (hw, leo) = self.with(|i| {
+            let leo = i.log.truncate_to(offset, now_ms)?;
+            Ok((i.log.high_watermark(), leo))
+        })?;
+        // The watches only go forward for waiters; a truncated follower has none.
+        self.hw.send_replace(hw);
+        self.leo.send_replace(leo);
+        Ok(leo)
     }
 
     /// Waits until the high watermark reaches `offset` (acks=all). Returns false on timeout.
@@ -158,12 +283,21 @@ impl Partition {
         }
     }
 
-    /// Takes the leader, leader epoch, replicas and ISR the metadata image gives.
-    pub fn set_replica(&self, next: ReplicaState) {
-        let _ = self.with(|i| {
-            i.replica.update(next);
-            Ok(())
-        });
+    /// Takes the leader, leader epoch, replicas and ISR the metadata image gives (a smaller
+    /// ISR may move the high watermark on the leader).
+    pub fn set_replica(&self, next: ReplicaState, now_ms: i64) {
+        if let Ok((hw, leo)) = self.with(|i| {
+            if next.leader == self.node
+                && (i.replica.leader != self.node || i.replica.leader_epoch != next.leader_epoch)
+                && let Err(e) = i.log.assign_epoch(next.leader_epoch)
+            {
+                tracing::error!(topic = %self.topic, partition = self.index, error = %e, "cannot record the leader epoch");
+            }
+            i.replica.update(next, now_ms);
+            Ok(self.advance_hw(i))
+        }) {
+            self.publish(hw, leo);
+        }
     }
 
     pub fn set_config(&self, config: LogConfig) {

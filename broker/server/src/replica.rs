@@ -1,26 +1,47 @@
-//! Replica state of a partition led by this broker: leader epoch, ISR and the high watermark
-//! rule. Pure: the partition feeds it log end offsets and applies what it returns.
+//! Replica state of a hosted partition: leader, epochs, replicas, ISR, and (on the leader) what
+//! is known of each follower. Pure: the partition feeds it log end offsets and fetch positions
+//! and applies what it returns.
 //!
-//! The high watermark is the smallest log end offset among the in-sync replicas. With one
-//! replica the ISR is the leader alone, so the high watermark follows the log end at once; the
-//! same rule holds when followers arrive with replication.
+//! The high watermark is the smallest log end offset among the in-sync replicas. A follower is
+//! caught up when it fetches from the leader's log end; it joins the ISR once it has fetched up
+//! to the high watermark and into the current leader epoch, and leaves it when it has not been
+//! caught up for `replica.lag.time.max.ms` (Kafka's rules). ISR changes go through the active
+//! controller (AlterPartition); until it answers, the ISR here is the one the image holds.
 
 use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Follower {
+    /// Log end offset as of its last fetch (-1: not heard from under this leadership).
+    leo: i64,
+    /// Last time it fetched from the leader's log end.
+    caught_up_ms: i64,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicaState {
     pub leader: i32,
     pub leader_epoch: i32,
+    pub partition_epoch: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
-    /// Last known log end offset of each follower in the ISR.
-    follower_leo: BTreeMap<i32, i64>,
+    followers: BTreeMap<i32, Follower>,
+    /// An ISR change sent to the controller and not yet seen in the image.
+    pub isr_change_pending: bool,
 }
 
 impl ReplicaState {
     /// A partition whose only replica is `leader`.
     pub fn single(leader: i32, leader_epoch: i32) -> Self {
-        Self { leader, leader_epoch, replicas: vec![leader], isr: vec![leader], follower_leo: BTreeMap::new() }
+        Self {
+            leader,
+            leader_epoch,
+            partition_epoch: 0,
+            replicas: vec![leader],
+            isr: vec![leader],
+            followers: BTreeMap::new(),
+            isr_change_pending: false,
+        }
     }
 
     /// The state the metadata image gives a partition.
@@ -28,25 +49,37 @@ impl ReplicaState {
         Self {
             leader: p.leader,
             leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
             replicas: p.replicas.clone(),
             isr: p.isr.clone(),
-            follower_leo: BTreeMap::new(),
+            followers: BTreeMap::new(),
+            isr_change_pending: false,
         }
     }
 
-    /// Takes the leader, epoch, replicas and ISR of `next`, keeping what is known of followers
-    /// that stay in the ISR.
-    pub fn update(&mut self, next: ReplicaState) {
-        let kept: BTreeMap<i32, i64> =
-            self.follower_leo.iter().filter(|(r, _)| next.isr.contains(r)).map(|(r, l)| (*r, *l)).collect();
-        *self = Self { follower_leo: kept, ..next };
+    /// Takes the leader, epochs, replicas and ISR of `next`. Under the same leadership what is
+    /// known of followers is kept; a new leadership starts every follower afresh, caught up as
+    /// of `now_ms` (so none leaves the ISR before it had a chance to fetch).
+    pub fn update(&mut self, next: ReplicaState, now_ms: i64) {
+        let same = next.leader == self.leader && next.leader_epoch == self.leader_epoch;
+        let followers = next
+            .replicas
+            .iter()
+            .filter(|r| **r != next.leader)
+            .map(|r| {
+                let kept = self.followers.get(r).copied().filter(|_| same);
+                (*r, kept.unwrap_or(Follower { leo: -1, caught_up_ms: now_ms }))
+            })
+            .collect();
+        let pending = self.isr_change_pending && same && next.partition_epoch == self.partition_epoch;
+        *self = Self { followers, isr_change_pending: pending, ..next };
     }
 
     /// The high watermark given the leader's log end offset.
     pub fn high_watermark(&self, leader_leo: i64) -> i64 {
         self.isr
             .iter()
-            .map(|r| if *r == self.leader { leader_leo } else { self.follower_leo.get(r).copied().unwrap_or(0) })
+            .map(|r| if *r == self.leader { leader_leo } else { self.followers.get(r).map_or(0, |f| f.leo.max(0)) })
             .min()
             .unwrap_or(leader_leo)
     }
@@ -56,11 +89,44 @@ impl ReplicaState {
         self.isr.len() >= usize::try_from(min_insync).unwrap_or(usize::MAX)
     }
 
-    /// Records a follower's fetch position (used once replication exists).
-    pub fn follower_fetched(&mut self, replica: i32, leo: i64) {
-        if self.isr.contains(&replica) {
-            self.follower_leo.insert(replica, leo);
+    /// A follower fetched at `offset` while the leader's log ended at `leader_leo` and its
+    /// high watermark was `hw`; `epoch_start` is where the current leader epoch begins.
+    /// Returns the ISR to ask for if the follower should join it.
+    pub fn follower_fetched(
+        &mut self,
+        replica: i32,
+        offset: i64,
+        leader_leo: i64,
+        hw: i64,
+        epoch_start: i64,
+        now_ms: i64,
+    ) -> Option<Vec<i32>> {
+        let f = self.followers.get_mut(&replica)?;
+        f.leo = offset;
+        if offset >= leader_leo {
+            f.caught_up_ms = now_ms;
         }
+        if self.isr.contains(&replica) || self.isr_change_pending || offset < hw || offset < epoch_start {
+            return None;
+        }
+        let mut isr = self.isr.clone();
+        isr.push(replica);
+        isr.sort_unstable();
+        Some(isr)
+    }
+
+    /// The ISR without followers that have not been caught up for `lag_ms`, if any is to go.
+    pub fn lagging(&self, now_ms: i64, lag_ms: i64) -> Option<Vec<i32>> {
+        if self.isr_change_pending {
+            return None;
+        }
+        let out: Vec<i32> = self
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| *r == self.leader || self.followers.get(r).is_none_or(|f| now_ms - f.caught_up_ms <= lag_ms))
+            .collect();
+        (out.len() < self.isr.len()).then_some(out)
     }
 }
 
@@ -68,17 +134,51 @@ impl ReplicaState {
 mod tests {
     use super::*;
 
+    fn three() -> ReplicaState {
+        let mut s = ReplicaState::single(1, 3);
+        s.update(
+            ReplicaState {
+                replicas: vec![1, 2, 3],
+                isr: vec![1, 2, 3],
+                partition_epoch: 5,
+                ..ReplicaState::single(1, 3)
+            },
+            0,
+        );
+        s
+    }
+
     #[test]
     fn hw_is_min_over_isr() {
-        let mut s = ReplicaState::single(1, 0);
+        let s = ReplicaState::single(1, 0);
         assert_eq!(s.high_watermark(10), 10);
         assert!(s.enough_in_sync(1));
         assert!(!s.enough_in_sync(2));
-        s.isr.push(2);
-        s.replicas.push(2);
-        s.follower_fetched(2, 7);
+        let mut s = three();
+        assert_eq!(s.high_watermark(10), 0, "followers not heard from yet hold the HW");
+        assert_eq!(s.follower_fetched(2, 7, 10, 0, 0, 1), None);
+        assert_eq!(s.follower_fetched(3, 10, 10, 0, 0, 1), None);
         assert_eq!(s.high_watermark(10), 7);
-        s.follower_fetched(3, 1);
-        assert_eq!(s.high_watermark(10), 7);
+        assert_eq!(s.follower_fetched(4, 1, 10, 7, 0, 1), None, "not a replica");
+    }
+
+    #[test]
+    fn followers_leave_when_lagging_and_join_when_caught_up() {
+        let mut s = three();
+        s.follower_fetched(2, 10, 10, 10, 0, 1_000);
+        s.follower_fetched(3, 4, 10, 10, 0, 1_000);
+        assert_eq!(s.lagging(20_000, 30_000), None, "caught up at the start of the leadership");
+        s.follower_fetched(2, 10, 10, 10, 0, 39_000);
+        assert_eq!(s.lagging(40_000, 30_000), Some(vec![1, 2]), "3 never reached the log end");
+        s.update(ReplicaState { isr: vec![1, 2], partition_epoch: 6, ..s.clone() }, 40_000);
+        assert_eq!(s.follower_fetched(3, 8, 12, 10, 0, 41_000), None, "below the HW");
+        assert_eq!(s.follower_fetched(3, 10, 12, 10, 11, 41_000), None, "not yet into the current epoch");
+        assert_eq!(s.follower_fetched(3, 12, 12, 10, 11, 41_000), Some(vec![1, 2, 3]));
+        s.isr_change_pending = true;
+        assert_eq!(s.follower_fetched(3, 12, 12, 10, 11, 41_000), None, "one change at a time");
+        // A new leader epoch starts every follower afresh.
+        s.update(ReplicaState { leader_epoch: 4, ..s.clone() }, 50_000);
+        assert!(!s.isr_change_pending);
+        assert_eq!(s.high_watermark(12), 0);
     }
 }

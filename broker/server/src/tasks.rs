@@ -123,6 +123,13 @@ pub fn spawn_all(set: &mut JoinSet<()>, broker: Arc<Broker>, token: Cancellation
             tokio::task::spawn_blocking(move || cleaner_pass(&b))
         }));
     }
+    let b = broker.clone();
+    // Kafka checks for lagging followers every half of replica.lag.time.max.ms.
+    let lag = u64::try_from(broker.config.replica_lag_time_max_ms / 2).unwrap_or(15_000).max(100);
+    set.spawn(every(lag, token.child_token(), move || {
+        let b = b.clone();
+        tokio::spawn(async move { crate::replication::shrink_isr_pass(&b) })
+    }));
     let b = broker;
     set.spawn(every(checkpoint, token.child_token(), move || {
         let b = b.clone();

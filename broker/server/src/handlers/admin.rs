@@ -83,7 +83,7 @@ pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTop
         let assignments = (!t.assignments.is_empty())
             .then(|| t.assignments.iter().map(|a| a.broker_ids.iter().map(|id| id.0).collect()).collect());
         let result = match check() {
-            Ok(()) => b.create_topic(&name, partitions, assignments, configs.clone(), req.validate_only).await,
+            Ok(()) => b.create_topic(&name, partitions, rf, assignments, configs.clone(), req.validate_only).await,
             Err(e) => Err(e),
         };
         match result {
@@ -156,6 +156,7 @@ pub async fn create_partitions(ctx: &Ctx<'_>, req: CreatePartitionsRequest) -> C
         r.name = t.name.clone();
         let name = t.name.0.to_string();
         let current = b.topic(&name).map_or(0, |t| t.meta.partitions);
+        let rf = b.topic(&name).and_then(|t| t.states.first().map(|p| p.replicas.len())).unwrap_or(1);
         // Kafka: null assignments = the broker places the new partitions; a list must have one
         // entry per new partition.
         let bad_assignment = t.assignments.as_ref().filter(|_| t.count > current).and_then(|a| {
@@ -165,10 +166,13 @@ pub async fn create_partitions(ctx: &Ctx<'_>, req: CreatePartitionsRequest) -> C
                     t.count - current,
                     a.len()
                 ))
-            } else if a.iter().any(|x| x.broker_ids.len() != 1) {
-                Some("new partitions have one replica each (partitions are not replicated yet)".to_string())
             } else {
-                None
+                a.iter().find(|x| x.broker_ids.len() != rf).map(|x| {
+                    format!(
+                        "Inconsistent replication factor between partitions, partition 0 has {rf} while partitions {current} has replication factor {}",
+                        x.broker_ids.len()
+                    )
+                })
             }
         });
         let result = if let Some(why) = bad_assignment {

@@ -3,6 +3,10 @@
 //!
 //! Sessions (KIP-227): the broker answers every fetch sessionless (session id 0), which is
 //! always valid; clients then keep sending full fetch requests.
+//!
+//! A fetch with a replica id is a follower's (replication): it reads up to the log end rather
+//! than the high watermark, waits on the log end, and its fetch offset is the follower's log
+//! end, which moves the high watermark and may bring the follower into the ISR.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +27,7 @@ use crate::partition::Partition;
 /// A partition the request asks for, resolved once.
 struct Want {
     topic_slot: usize,
+    topic_id: uuid::Uuid,
     partition_index: i32,
     fetch_offset: i64,
     max_bytes: usize,
@@ -43,10 +48,12 @@ fn empty_partition(index: i32) -> PartitionData {
 
 /// One pass over every wanted partition. Returns the response topics and the bytes gathered.
 fn read_once(
+    ctx: &Ctx<'_>,
     wants: &[Want],
     topics: &[FetchableTopicResponse],
     max_total: usize,
     read_committed: bool,
+    follower: Option<i32>,
 ) -> (Vec<FetchableTopicResponse>, usize, bool) {
     let mut out: Vec<FetchableTopicResponse> = topics.to_vec();
     let mut total = 0usize;
@@ -64,9 +71,17 @@ fn read_once(
             Ok(p) => {
                 let budget = max_total.saturating_sub(total).min(w.max_bytes);
                 let min_one = total == 0;
-                let planned = match p.check_leader_epoch(w.leader_epoch) {
-                    Err(e) => Err((e, p.offsets().ok())),
-                    Ok(()) => p.read(w.fetch_offset, budget, min_one),
+                let planned = match (p.check_leader_epoch(w.leader_epoch), follower) {
+                    (Err(e), _) => Err((e, p.offsets().ok())),
+                    (Ok(()), None) => p.read(w.fetch_offset, budget, min_one),
+                    (Ok(()), Some(replica)) => {
+                        match p.follower_fetched(replica, w.fetch_offset, crate::broker::now_ms()) {
+                            Ok(Some(change)) => ctx.broker.request_isr_change(w.topic_id, p.clone(), change),
+                            Ok(None) => {}
+                            Err(e) => tracing::debug!(error = %e, "follower fetch on a closed partition"),
+                        }
+                        p.read_for_follower(w.fetch_offset, budget.max(1))
+                    }
                 };
                 match planned {
                     Ok((start, offsets)) => {
@@ -114,6 +129,8 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
         return resp;
     }
     let by_id = ctx.version >= 13;
+    let replica = if ctx.version >= 15 { req.replica_state.replica_id.0 } else { req.replica_id.0 };
+    let follower = (replica >= 0).then_some(replica);
     let mut topics: Vec<FetchableTopicResponse> = Vec::new();
     let mut wants: Vec<Want> = Vec::new();
     for ft in &req.topics {
@@ -131,6 +148,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
             };
             wants.push(Want {
                 topic_slot: slot,
+                topic_id: topic.as_ref().map_or(uuid::Uuid::nil(), |t| t.meta.id),
                 partition_index: fp.partition,
                 fetch_offset: fp.fetch_offset,
                 max_bytes: usize::try_from(fp.partition_max_bytes).unwrap_or(0),
@@ -145,12 +163,16 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0));
     loop {
         // Subscribe before reading so that an append between the read and the wait wakes us.
-        let mut watchers: Vec<watch::Receiver<i64>> =
-            wants.iter().filter_map(|w| w.target.as_ref().ok().map(|p| p.subscribe())).collect();
+        let mut watchers: Vec<watch::Receiver<i64>> = wants
+            .iter()
+            .filter_map(|w| {
+                w.target.as_ref().ok().map(|p| if follower.is_some() { p.subscribe_log_end() } else { p.subscribe() })
+            })
+            .collect();
         for w in &mut watchers {
             w.borrow_and_update();
         }
-        let (out, total, any_error) = read_once(&wants, &topics, max_total, read_committed);
+        let (out, total, any_error) = read_once(ctx, &wants, &topics, max_total, read_committed, follower);
         if total >= min_bytes || any_error || watchers.is_empty() || tokio::time::Instant::now() >= deadline {
             resp.responses = out;
             return resp;
@@ -158,7 +180,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
         let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
         if tokio::time::timeout_at(deadline, changed).await.is_err() {
             // Timed out: answer with what there is now (possibly data that arrived at the edge).
-            let (out, _, _) = read_once(&wants, &topics, max_total, read_committed);
+            let (out, _, _) = read_once(ctx, &wants, &topics, max_total, read_committed, follower);
             resp.responses = out;
             return resp;
         }

@@ -107,7 +107,17 @@ pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
             continue;
         }
         if allow_auto && b.config.auto_create_topics {
-            match b.create_topic(&name, b.config.num_partitions, None, Default::default(), false).await {
+            match b
+                .create_topic(
+                    &name,
+                    b.config.num_partitions,
+                    b.config.default_replication_factor,
+                    None,
+                    Default::default(),
+                    false,
+                )
+                .await
+            {
                 Ok(Some(t)) => resp.topics.push(describe_topic(&t, with_ops, fenced_self)),
                 Ok(None) => resp.topics.push(topic_error(Some(name), Uuid::nil(), ResponseError::LeaderNotAvailable)),
                 Err(e) if e.error == ResponseError::TopicAlreadyExists => match b.topic(&name) {

@@ -1,0 +1,350 @@
+//! Followers: every partition this broker hosts but does not lead is copied from its leader by
+//! a fetcher, one per leader broker, speaking Kafka's own protocol to the leader's client
+//! listener (Fetch with this broker's replica id, as Kafka's replica fetchers do).
+//!
+//! Before fetching under a new leader epoch a follower finds where its log diverges from the
+//! leader's (OffsetsForLeaderEpoch, KIP-101/279) and truncates there; then it appends what the
+//! leader sends, keeping offsets and epochs, and takes the leader's high watermark. Leaders see
+//! each fetch offset (the follower's log end): it moves their high watermark and brings caught-up
+//! followers into the ISR (`crate::replica`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::protocol::{Request, StrBytes};
+use oxbow_protocol::ResponseError;
+use oxbow_protocol::client::{ClientError, decode_response, request_frame};
+use oxbow_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use oxbow_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+use oxbow_protocol::messages::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::{Broker, now_ms};
+use crate::partition::Partition;
+
+/// How long a follower's fetch waits at the leader for new data.
+const FETCH_WAIT_MS: i32 = 500;
+/// Bytes per partition per fetch (`replica.fetch.max.bytes`' default).
+const PARTITION_MAX_BYTES: i32 = 1 << 20;
+/// Bytes per fetch (`replica.fetch.response.max.bytes`' default).
+const FETCH_MAX_BYTES: i32 = 10 << 20;
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A partition by topic name and index.
+type Key = (Arc<str>, i32);
+
+/// A partition to follow.
+#[derive(Clone)]
+struct Followed {
+    topic: Arc<str>,
+    leader_epoch: i32,
+    part: Arc<Partition>,
+}
+
+impl Followed {
+    fn key(&self) -> Key {
+        (self.topic.clone(), self.part.index)
+    }
+}
+
+/// Keeps one fetcher per leader broker for the partitions this broker follows, following every
+/// new metadata image, until `stop`.
+pub async fn run(broker: Arc<Broker>, stop: CancellationToken) {
+    let mut applied = broker.subscribe_applied();
+    let mut fetchers: HashMap<i32, watch::Sender<Vec<Followed>>> = HashMap::new();
+    loop {
+        let me = broker.node_id();
+        let mut want: BTreeMap<i32, Vec<Followed>> = BTreeMap::new();
+        for t in broker.all_topics() {
+            let name: Arc<str> = Arc::from(t.meta.name.as_str());
+            for s in &t.states {
+                if s.leader < 0 || s.leader == me || !s.replicas.contains(&me) {
+                    continue;
+                }
+                if let Some(p) = t.partition(s.partition) {
+                    want.entry(s.leader).or_default().push(Followed {
+                        topic: name.clone(),
+                        leader_epoch: s.leader_epoch,
+                        part: p.clone(),
+                    });
+                }
+            }
+        }
+        fetchers.retain(|leader, _| want.contains_key(leader));
+        for (leader, parts) in want {
+            match fetchers.get(&leader) {
+                Some(tx) => {
+                    tx.send_replace(parts);
+                }
+                None => {
+                    let (tx, rx) = watch::channel(parts);
+                    fetchers.insert(leader, tx);
+                    tokio::spawn(fetch_from(broker.clone(), leader, rx, stop.child_token()));
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            r = applied.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+/// A connection to a leader's client listener, one request at a time.
+struct Conn {
+    addr: String,
+    stream: TcpStream,
+    correlation: i32,
+}
+
+impl Conn {
+    async fn connect(addr: &str) -> std::io::Result<Conn> {
+        let stream = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+        stream.set_nodelay(true)?;
+        Ok(Conn { addr: addr.to_string(), stream, correlation: 0 })
+    }
+
+    async fn send<R: Request>(&mut self, version: i16, client: &str, req: &R) -> std::io::Result<R::Response> {
+        let bad = |e: ClientError| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string());
+        self.correlation = self.correlation.wrapping_add(1);
+        let frame = request_frame(version, self.correlation, client, req).map_err(bad)?;
+        let exchange = async {
+            self.stream.write_all(&frame).await?;
+            let size = self.stream.read_i32().await?;
+            let mut buf = vec![0u8; usize::try_from(size).unwrap_or(0)];
+            self.stream.read_exact(&mut buf).await?;
+            Ok::<_, std::io::Error>(Bytes::from(buf))
+        };
+        let body = tokio::time::timeout(IO_TIMEOUT, exchange)
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "request timed out"))??;
+        decode_response::<R>(version, self.correlation, body).map_err(bad)
+    }
+}
+
+/// Follows the partitions `parts` names, all led by `leader`, until the channel closes (no
+/// partition led by it any more) or `stop`.
+async fn fetch_from(
+    broker: Arc<Broker>,
+    leader: i32,
+    mut parts: watch::Receiver<Vec<Followed>>,
+    stop: CancellationToken,
+) {
+    let me = broker.node_id();
+    let client = format!("oxbow-replica-fetcher-{me}-from-{leader}");
+    let mut conn: Option<Conn> = None;
+    // The leader epoch under which each partition's log was checked against the leader's.
+    let mut checked: HashMap<Key, i32> = HashMap::new();
+    tracing::info!(leader, "replica fetcher started");
+    loop {
+        if stop.is_cancelled() || parts.has_changed().is_err() {
+            tracing::info!(leader, "replica fetcher stopped");
+            return;
+        }
+        let list = parts.borrow_and_update().clone();
+        let backoff = || async {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        };
+        let Some(addr) = broker.broker_address(leader) else {
+            backoff().await;
+            continue;
+        };
+        let mut c = match conn.take() {
+            Some(c) if c.addr == addr => c,
+            _ => match Conn::connect(&addr).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!(leader, %addr, error = %e, "cannot reach the leader");
+                    backoff().await;
+                    continue;
+                }
+            },
+        };
+        let unchecked: Vec<&Followed> =
+            list.iter().filter(|f| checked.get(&f.key()) != Some(&f.leader_epoch)).collect();
+        let result = if unchecked.is_empty() {
+            fetch_once(&mut c, me, &client, &list, &checked).await
+        } else {
+            check_epochs(&mut c, me, &client, &unchecked, &mut checked).await
+        };
+        match result {
+            Ok(wait) => {
+                conn = Some(c);
+                if wait {
+                    backoff().await;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(leader, %addr, error = %e, "replica fetch failed; reconnecting");
+                backoff().await;
+            }
+        }
+    }
+}
+
+/// OffsetsForLeaderEpoch for partitions not yet checked under their leader epoch; truncates
+/// each where it diverges (KIP-279). Returns whether to back off (the leader refused some).
+async fn check_epochs(
+    c: &mut Conn,
+    me: i32,
+    client: &str,
+    unchecked: &[&Followed],
+    checked: &mut HashMap<Key, i32>,
+) -> std::io::Result<bool> {
+    let mut by_topic: BTreeMap<Arc<str>, Vec<OffsetForLeaderPartition>> = BTreeMap::new();
+    let mut asked: HashMap<Key, (Option<i32>, &Followed)> = HashMap::new();
+    for f in unchecked {
+        let Ok((_, latest)) = f.part.log_end_and_epoch() else { continue };
+        let mut p = OffsetForLeaderPartition::default();
+        p.partition = f.part.index;
+        p.current_leader_epoch = f.leader_epoch;
+        p.leader_epoch = latest.unwrap_or(-1);
+        by_topic.entry(f.topic.clone()).or_default().push(p);
+        asked.insert(f.key(), (latest, f));
+    }
+    let mut req = OffsetForLeaderEpochRequest::default();
+    req.replica_id = BrokerId(me);
+    req.topics = by_topic
+        .into_iter()
+        .map(|(t, partitions)| {
+            let mut ot = OffsetForLeaderTopic::default();
+            ot.topic = TopicName(StrBytes::from_string(t.to_string()));
+            ot.partitions = partitions;
+            ot
+        })
+        .collect();
+    let resp = c.send(4, client, &req).await?;
+    let mut refused = false;
+    for t in resp.topics {
+        let topic: Arc<str> = Arc::from(t.topic.0.as_str());
+        for r in t.partitions {
+            let Some((latest, f)) = asked.get(&(topic.clone(), r.partition)) else { continue };
+            if r.error_code != 0 {
+                refused = true;
+                tracing::debug!(topic = %topic, partition = r.partition, code = r.error_code, "leader refused OffsetsForLeaderEpoch");
+                continue;
+            }
+            let now = now_ms();
+            let done = match latest {
+                // Nothing written under any epoch here: nothing to reconcile.
+                None => true,
+                Some(_) if r.leader_epoch < 0 || r.end_offset < 0 => {
+                    // The leader knows no such epoch: keep only what is known committed.
+                    let hw = f.part.offsets().map(|o| o.high_watermark).unwrap_or(0);
+                    let _ = f.part.truncate_to(hw, now);
+                    true
+                }
+                Some(mine) if r.leader_epoch == *mine => {
+                    let (leo, _) = f.part.log_end_and_epoch().unwrap_or((0, None));
+                    if r.end_offset < leo {
+                        tracing::info!(topic = %topic, partition = r.partition, from = leo, to = r.end_offset, "truncating: the leader's log diverges here");
+                        let _ = f.part.truncate_to(r.end_offset, now);
+                    }
+                    true
+                }
+                Some(_) => {
+                    // The leader's largest epoch at most ours is older: our own end of that
+                    // epoch bounds what we share with it; ask again afterwards.
+                    let (_, own_end) = f.part.end_offset_for_epoch(r.leader_epoch).unwrap_or((-1, 0));
+                    let to = r.end_offset.min(own_end.max(0));
+                    tracing::info!(topic = %topic, partition = r.partition, to, leader_epoch = r.leader_epoch, "truncating to the leader's epoch");
+                    let _ = f.part.truncate_to(to, now);
+                    false
+                }
+            };
+            if done {
+                checked.insert(f.key(), f.leader_epoch);
+            }
+        }
+    }
+    Ok(refused)
+}
+
+/// One Fetch for every checked partition; appends what the leader sent. Returns whether to
+/// back off (errors that wait for new metadata).
+async fn fetch_once(
+    c: &mut Conn,
+    me: i32,
+    client: &str,
+    list: &[Followed],
+    checked: &HashMap<Key, i32>,
+) -> std::io::Result<bool> {
+    let mut by_topic: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
+    let mut index: HashMap<Key, &Followed> = HashMap::new();
+    for f in list {
+        let Ok((leo, _)) = f.part.log_end_and_epoch() else { continue };
+        let mut p = FetchPartition::default();
+        p.partition = f.part.index;
+        p.current_leader_epoch = f.leader_epoch;
+        p.fetch_offset = leo;
+        p.last_fetched_epoch = -1;
+        p.log_start_offset = -1;
+        p.partition_max_bytes = PARTITION_MAX_BYTES;
+        by_topic.entry(f.topic.clone()).or_default().push(p);
+        index.insert(f.key(), f);
+    }
+    if index.is_empty() {
+        return Ok(true);
+    }
+    let mut req = FetchRequest::default();
+    req.replica_id = BrokerId(me);
+    req.max_wait_ms = FETCH_WAIT_MS;
+    req.min_bytes = 1;
+    req.max_bytes = FETCH_MAX_BYTES;
+    req.session_epoch = -1;
+    req.topics = by_topic
+        .into_iter()
+        .map(|(t, partitions)| {
+            let mut ft = FetchTopic::default();
+            ft.topic = TopicName(StrBytes::from_string(t.to_string()));
+            ft.partitions = partitions;
+            ft
+        })
+        .collect();
+    let resp = c.send(12, client, &req).await?;
+    let mut wait = resp.error_code != 0;
+    for t in resp.responses {
+        let topic: Arc<str> = Arc::from(t.topic.0.as_str());
+        for p in t.partitions {
+            let Some(f) = index.get(&(topic.clone(), p.partition_index)) else { continue };
+            if checked.get(&f.key()) != Some(&f.leader_epoch) {
+                continue;
+            }
+            if p.error_code != 0 {
+                wait = true;
+                let e = ResponseError::try_from_code(p.error_code);
+                tracing::debug!(topic = %topic, partition = p.partition_index, error = ?e, "replica fetch error");
+                continue;
+            }
+            let records = p.records.unwrap_or_default();
+            if let Err(e) = f.part.append_replicated(&records, p.high_watermark, now_ms()) {
+                wait = true;
+                tracing::warn!(topic = %topic, partition = p.partition_index, error = %e, "cannot append replicated records");
+            }
+        }
+    }
+    Ok(wait)
+}
+
+/// Leaders: followers not caught up for `replica.lag.time.max.ms` leave the ISR.
+pub fn shrink_isr_pass(broker: &Arc<Broker>) {
+    let (now, lag) = (now_ms(), broker.config.replica_lag_time_max_ms);
+    for t in broker.all_topics() {
+        for p in t.hosted() {
+            if let Some(change) = p.lagging_followers(now, lag) {
+                tracing::info!(topic = %p.topic, partition = p.index, isr = ?change.isr, "followers fell behind: shrinking the ISR");
+                broker.request_isr_change(t.meta.id, p.clone(), change);
+            }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+"""Replicated partitions on a 3-node cluster (tests/clients/oxbow_cluster.py), driven by
+librdkafka: followers fetch from leaders, the ISR and high watermark follow them, acks=all waits
+for the ISR, and a leader that dies or is fenced is replaced from the ISR without losing an
+acknowledged record.
+
+Timings are printed (run with -s to see them), never asserted.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+from confluent_kafka import ElectionType, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oxbow_cluster import Cluster
+from oxbow_harness import consume_all, require_broker_binary, wait_until
+
+
+@pytest.fixture
+def cluster(request, tmp_path):
+    c = Cluster(require_broker_binary(), tmp_path, 3, 0, {"replica.lag.time.max.ms": "5000"})
+    request.node._oxbow_brokers = c.nodes
+    c.start()
+    yield c
+    c.close()
+
+
+def partitions(adm: AdminClient, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """partition -> (leader, replicas, ISR) as the metadata shows it."""
+    md = adm.list_topics(topic, timeout=10).topics[topic]
+    return {p: (md.partitions[p].leader, sorted(md.partitions[p].replicas), sorted(md.partitions[p].isrs)) for p in md.partitions}
+
+
+def full_isr(adm: AdminClient, topic: str, members: list[int]) -> bool:
+    try:
+        return all(isr == members for _, _, isr in partitions(adm, topic).values())
+    except KafkaException:
+        return False
+
+
+def create_replicated(adm: AdminClient, topic: str, n: int = 3) -> None:
+    fut = adm.create_topics([NewTopic(topic, n, 3, config={"min.insync.replicas": "2"})], operation_timeout=30)
+    fut[topic].result(timeout=40)
+    wait_until(lambda: full_isr(adm, topic, [1, 2, 3]), 30, "every partition has 3 in-sync replicas")
+
+
+class Load:
+    """An idempotent acks=all producer sending numbered records in a thread; remembers which
+    ones were acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                           "linger.ms": 2, "message.timeout.ms": 60000})
+        self.topic = topic
+        self.acked: list[str] = []
+        self.failed: list[str] = []
+        self.sent = 0
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.run)
+
+    def _done(self, err, msg) -> None:
+        (self.failed if err is not None else self.acked).append(msg.value().decode() if err is None else str(err))
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for _ in range(100):
+                self.p.produce(self.topic, key=str(self.sent).encode(), value=f"r{self.sent}".encode(), on_delivery=self._done)
+                self.sent += 1
+            self.p.poll(0)
+            time.sleep(0.005)
+        self.p.flush(60)
+
+    def __enter__(self):
+        self.t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.t.join(90)
+
+
+def consumed_values(node, topic: str, n: int = 3) -> list[str]:
+    got = consume_all(node, topic, partitions=range(n))
+    return [r.value.decode() for recs in got.values() for r in recs]
+
+
+def test_leader_sigkilled_under_acks_all_load_loses_no_acknowledged_record(cluster):
+    adm = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    create_replicated(adm, "repl")
+    before = partitions(adm, "repl")
+    victim = before[0][0]
+    with Load(cluster.bootstrap(), "repl") as load:
+        wait_until(lambda: len(load.acked) >= 3000, 60, "records acknowledged before the kill")
+        t0 = time.monotonic()
+        cluster.node(victim).kill()
+        survivors = [n for n in cluster.nodes if n.node_id != victim]
+        sadm = AdminClient({"bootstrap.servers": ",".join(n.bootstrap for n in survivors)})
+        wait_until(lambda: partitions(sadm, "repl")[0][0] not in (-1, victim), 30, "partition 0 has a new leader")
+        moved = time.monotonic() - t0
+        at_kill = len(load.acked)
+        wait_until(lambda: len(load.acked) >= at_kill + 3000, 60, "records acknowledged after the kill")
+    after = partitions(sadm, "repl")
+    print(f"\nleader {victim} of partition 0 SIGKILLed; new leader {after[0][0]} after {moved:.2f}s; "
+          f"{len(load.acked)} acknowledged, {len(load.failed)} failed of {load.sent} sent")
+    assert not load.failed, load.failed[:5]
+    for p, (leader, _, isr) in after.items():
+        assert leader in before[p][2] and leader != victim, f"partition {p}: new leader {leader} was not in the ISR {before[p][2]}"
+        assert victim not in isr, f"partition {p}: the dead broker is still in the ISR {isr}"
+    values = consumed_values(survivors[0], "repl")
+    assert len(values) == len(set(values)), "duplicates (the producer is idempotent)"
+    missing = set(load.acked) - set(values)
+    assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
+
+    # The killed broker comes back, catches up, rejoins every ISR; given back its preferred
+    # leaderships it serves everything itself.
+    cluster.node(victim).start()
+    wait_until(lambda: full_isr(adm, "repl", [1, 2, 3]), 60, "the restarted broker rejoins every ISR")
+    result = adm.elect_leaders(ElectionType.PREFERRED, [TopicPartition("repl", p) for p in before]).result(timeout=40)
+    assert all(e is None or e.name() == "ELECTION_NOT_NEEDED" for e in result.values()), result
+    wait_until(lambda: partitions(adm, "repl")[0][0] == victim, 30, "preferred leader restored")
+    back = consumed_values(cluster.node(victim), "repl")
+    assert sorted(back) == sorted(values), "the restarted broker's copy differs"
+
+
+def test_fenced_leader_is_replaced_from_the_isr_and_rejoins_when_back(cluster):
+    adm = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    create_replicated(adm, "fenced", n=6)
+    p = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all"})
+    for i in range(600):
+        p.produce("fenced", value=f"a{i}".encode(), partition=i % 6)
+    assert p.flush(30) == 0
+    before = partitions(adm, "fenced")
+    stopped = cluster.node(2)
+    led = [q for q, (leader, _, _) in before.items() if leader == 2]
+    assert led, before
+    others = AdminClient({"bootstrap.servers": ",".join(n.bootstrap for n in cluster.nodes if n is not stopped)})
+    stopped.proc.send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        wait_until(lambda: all(partitions(others, "fenced")[q][0] not in (-1, 2) for q in led), 30,
+                   "the fenced broker's partitions get new leaders")
+        fenced = time.monotonic() - t0
+        during = partitions(others, "fenced")
+        for q, (leader, _, isr) in during.items():
+            assert 2 not in isr and leader in (1, 3), f"partition {q}: leader {leader}, ISR {isr}"
+        # A new producer (the first one's requests to the stopped broker would hang until its
+        # request timeout, as with Kafka): acks=all with min.insync.replicas=2 on 2 replicas.
+        p2 = Producer({"bootstrap.servers": ",".join(n.bootstrap for n in cluster.nodes if n is not stopped), "acks": "all"})
+        for i in range(600):
+            p2.produce("fenced", value=f"b{i}".encode(), partition=i % 6)
+        assert p2.flush(30) == 0, "acks=all on the two remaining in-sync replicas"
+    finally:
+        stopped.proc.send_signal(signal.SIGCONT)
+    t1 = time.monotonic()
+    wait_until(lambda: full_isr(adm, "fenced", [1, 2, 3]), 60, "broker 2 rejoins every ISR")
+    print(f"\nbroker 2 SIGSTOPped: its {len(led)} partitions led by others {fenced:.2f}s later; "
+          f"back in every ISR {time.monotonic() - t1:.2f}s after SIGCONT")
+    values = consumed_values(cluster.node(1), "fenced", n=6)
+    assert sorted(values) == sorted([f"a{i}" for i in range(600)] + [f"b{i}" for i in range(600)])
