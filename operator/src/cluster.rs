@@ -134,7 +134,15 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     let pods = pods_api.list(&ListParams::default().labels(&desired::selector_string(&name))).await?.items;
     let observed = status::observe(&cluster, &sts, &pods, quorum.as_ref());
     let controllers = cluster.spec.controller_count();
-    let decision = restart::plan(&observed, |p| restart::quorum_unsafe(p, controllers, quorum.as_ref()));
+    // The replicated partitions, asked only while a restart is pending.
+    let partitions = match admin.as_mut() {
+        Some(a) if observed.iter().any(|p| !p.up_to_date) => a.replicated_partitions().await.ok(),
+        _ => None,
+    };
+    let decision = restart::plan(&observed, |p| {
+        restart::quorum_unsafe(p, controllers, quorum.as_ref())
+            .or_else(|| restart::isr_unsafe(p, partitions.as_deref()))
+    });
     if let Decision::Restart { pod, reason } = &decision {
         tracing::info!(cluster = %name, pod, reason, "restarting broker pod");
         pods_api.delete(pod, &DeleteParams::default()).await?;

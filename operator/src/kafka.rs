@@ -84,6 +84,17 @@ impl ConfigChanges {
     }
 }
 
+/// A replicated partition as the restart safety check sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionIsr {
+    pub topic: String,
+    pub partition: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// The topic's effective `min.insync.replicas`.
+    pub min_insync: i32,
+}
+
 /// A topic as the cluster has it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicInfo {
@@ -216,6 +227,61 @@ impl Admin {
                     *out.entry(r.0).or_default() += 1;
                 }
             }
+        }
+        Ok(out)
+    }
+
+    /// Every replicated partition (more than one replica) with its replicas, ISR and its topic's
+    /// effective `min.insync.replicas`, for the restart safety check.
+    pub async fn replicated_partitions(&mut self) -> Result<Vec<PartitionIsr>, KafkaError> {
+        let mut req = MetadataRequest::default();
+        req.topics = None;
+        req.allow_auto_topic_creation = false;
+        let resp = self.send(12, &req).await?;
+        let mut out = Vec::new();
+        let mut topics = Vec::new();
+        for t in &resp.topics {
+            let Some(topic) = t.name.as_ref().map(|n| n.0.to_string()) else { continue };
+            let before = out.len();
+            for p in t.partitions.iter().filter(|p| p.replica_nodes.len() > 1) {
+                out.push(PartitionIsr {
+                    topic: topic.clone(),
+                    partition: p.partition_index,
+                    replicas: p.replica_nodes.iter().map(|r| r.0).collect(),
+                    isr: p.isr_nodes.iter().map(|r| r.0).collect(),
+                    min_insync: 1,
+                });
+            }
+            if out.len() > before {
+                topics.push(topic);
+            }
+        }
+        if topics.is_empty() {
+            return Ok(out);
+        }
+        let mut req = DescribeConfigsRequest::default();
+        req.resources = topics
+            .iter()
+            .map(|t| {
+                let mut r = DescribeConfigsResource::default();
+                r.resource_type = RESOURCE_TOPIC;
+                r.resource_name = sb(t);
+                r.configuration_keys = Some(vec![sb("min.insync.replicas")]);
+                r
+            })
+            .collect();
+        let resp = self.send(4, &req).await?;
+        let mut min: BTreeMap<String, i32> = BTreeMap::new();
+        for res in resp.results {
+            check("describe configs of", &res.resource_name, res.error_code, res.error_message.clone(), &[])?;
+            if let Some(v) =
+                res.configs.iter().find(|c| c.name.as_str() == "min.insync.replicas").and_then(|c| c.value.as_ref())
+            {
+                min.insert(res.resource_name.to_string(), v.parse().unwrap_or(1));
+            }
+        }
+        for p in &mut out {
+            p.min_insync = min.get(&p.topic).copied().unwrap_or(1);
         }
         Ok(out)
     }

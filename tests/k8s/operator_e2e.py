@@ -146,13 +146,24 @@ def describe(topic):
     fail(f"kafka-topics --describe {topic} printed no topic line")
 
 
-def topic_yaml(name, partitions, config=None, cluster="events", annotations=None):
+def topic_yaml(name, partitions, config=None, cluster="events", annotations=None, replication_factor=None):
+    spec = {"cluster": cluster, "partitions": partitions, "config": config or {}}
+    if replication_factor is not None:
+        spec["replicationFactor"] = replication_factor
     return json.dumps({
         "apiVersion": "oxbow.io/v1alpha1",
         "kind": "Topic",
         "metadata": {"name": name, "namespace": NS, "annotations": annotations or {}},
-        "spec": {"cluster": cluster, "partitions": partitions, "config": config or {}},
+        "spec": spec,
     })
+
+
+def in_sync(topic):
+    """partition -> (replicas, ISR) from kcat's metadata."""
+    md = json.loads(kcat("-L", "-J", "-t", topic))
+    t = next(t for t in md["topics"] if t["topic"] == topic)
+    return {p["partition"]: (sorted(r["id"] for r in p["replicas"]), sorted(r["id"] for r in p["isrs"]))
+            for p in t["partitions"]}
 
 
 def topic_state(name, ready=True, reason=None):
@@ -248,11 +259,27 @@ def main():
     if got != records:
         fail(f"read back {len(got.splitlines())} records, want 50")
 
+    step("a replicated Topic (3 replicas, min.insync.replicas=2) has every replica in sync")
+    kubectl("apply", "-f", "-", input=topic_yaml("replicated", 3, {"min.insync.replicas": "2"}, replication_factor=3))
+    wait("Topic replicated Ready", topic_state("replicated"), 120)
+    wait("every replica of replicated in sync", lambda: all(
+        r == [0, 1, 2] and i == r for r, i in in_sync("replicated").values()), 60)
+    replicated = "".join(f"replicated-{i}\n" for i in range(300))
+    kcat("-P", "-t", "replicated", "-X", "acks=all", input=replicated)
+
     step("a static config change restarts every broker once, one at a time, the active controller last")
     before = pod_uids()
     leader_before = st["quorum"]["leader"]
     kubectl("apply", "-f", "-", input=cluster_yaml({"num.partitions": "3"}))
-    wait("every broker restarted", lambda: all(pod_uids().get(n) not in (None, u) for n, u in before.items()), 600)
+    waits_seen = set()
+
+    def rolled():
+        msg = condition(kjson("get", "cluster", "-n", NS, "events"), "Restarting").get("message") or ""
+        if "cannot restart yet" in msg:
+            waits_seen.add(msg.split(": ", 1)[-1][:160])
+        return all(pod_uids().get(n) not in (None, u) for n, u in before.items())
+
+    wait("every broker restarted", rolled, 600)
     c = wait("Cluster events Ready after the roll", cluster_ready("events"), 300)
     restarts = restart_events()
     order = [pod for _, pod, _ in restarts]
@@ -280,6 +307,13 @@ def main():
     got = kcat("-C", "-t", "e2e", "-p", "0", "-o", "beginning", "-e", "-q")
     if got != records:
         fail(f"after the roll read {len(got.splitlines())} records, want 50")
+    # The roll waited for replicas to catch up between restarts (the operator's ISR check).
+    step(f"waits during the roll: {sorted(waits_seen) or 'none observed'}")
+    wait("every replica of replicated back in sync after the roll", lambda: all(
+        i == r for r, i in in_sync("replicated").values()), 60)
+    got = kcat("-C", "-t", "replicated", "-o", "beginning", "-e", "-q")
+    if sorted(got.splitlines()) != sorted(replicated.splitlines()):
+        fail(f"after the roll read {len(got.splitlines())} records of replicated, want 300")
     kcat("-P", "-t", "auto3", input="x\n")  # auto-created with the new num.partitions
     parts = {t["topic"]: len(t["partitions"]) for t in json.loads(kcat("-L", "-J"))["topics"]}
     if parts.get("auto3") != 3:

@@ -395,6 +395,9 @@ impl Log {
     pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> Result<i64> {
         let offset = offset.max(self.log_start_offset);
         if offset >= self.log_end_offset() {
+            // No data to drop; epochs recorded at the log end without a write (a leadership
+            // that wrote nothing) go, so the latest epoch is one the log holds.
+            self.epochs.truncate_from(offset, &self.dir)?;
             return Ok(self.log_end_offset());
         }
         let s = settings(&self.config);

@@ -516,5 +516,11 @@ fn a_follower_copies_batches_diverges_and_truncates_to_its_leaders_epochs() -> R
     assert_eq!(follower.latest_epoch(), Some((2, 30)));
     assert_eq!(follower.truncate_to(35, 7_000)?, 30);
     assert_eq!(follower.latest_epoch(), Some((0, 0)));
+    // A leadership that wrote nothing leaves an epoch at the log end; truncating to the log end
+    // drops it (the follower's next question uses an epoch the log holds).
+    follower.assign_epoch(5)?;
+    assert_eq!(follower.latest_epoch(), Some((5, 30)));
+    assert_eq!(follower.truncate_to(30, 8_000)?, 30);
+    assert_eq!(follower.latest_epoch(), Some((0, 0)));
     Ok(())
 }

@@ -175,7 +175,10 @@ async fn fetch_from(
         let result = if unchecked.is_empty() {
             fetch_once(&mut c, me, &client, &list, &checked).await
         } else {
-            check_epochs(&mut c, me, &client, &unchecked, &mut checked).await
+            let r = check_epochs(&mut c, me, &client, &unchecked, &mut checked).await;
+            // Rounds of epoch checks converge in a few steps; never spin on them.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            r
         };
         match result {
             Ok(wait) => {
@@ -248,18 +251,32 @@ async fn check_epochs(
                     let (leo, _) = f.part.log_end_and_epoch().unwrap_or((0, None));
                     if r.end_offset < leo {
                         tracing::info!(topic = %topic, partition = r.partition, from = leo, to = r.end_offset, "truncating: the leader's log diverges here");
-                        let _ = f.part.truncate_to(r.end_offset, now);
+                        if let Err(e) = f.part.truncate_to(r.end_offset, now) {
+                            refused = true;
+                            tracing::warn!(topic = %topic, partition = r.partition, error = %e, "cannot truncate");
+                        }
                     }
                     true
                 }
                 Some(_) => {
                     // The leader's largest epoch at most ours is older: our own end of that
-                    // epoch bounds what we share with it; ask again afterwards.
+                    // epoch bounds what we share with it. Ask again while that cuts something
+                    // (our latest epoch changed); once nothing is cut, the logs agree.
                     let (_, own_end) = f.part.end_offset_for_epoch(r.leader_epoch).unwrap_or((-1, 0));
                     let to = r.end_offset.min(own_end.max(0));
-                    tracing::info!(topic = %topic, partition = r.partition, to, leader_epoch = r.leader_epoch, "truncating to the leader's epoch");
-                    let _ = f.part.truncate_to(to, now);
-                    false
+                    let before = f.part.log_end_and_epoch().ok();
+                    match f.part.truncate_to(to, now) {
+                        Ok(_) => {
+                            let after = f.part.log_end_and_epoch().ok();
+                            tracing::info!(topic = %topic, partition = r.partition, to, leader_epoch = r.leader_epoch, "truncating to the leader's epoch");
+                            after == before
+                        }
+                        Err(e) => {
+                            refused = true;
+                            tracing::warn!(topic = %topic, partition = r.partition, error = %e, "cannot truncate");
+                            false
+                        }
+                    }
                 }
             };
             if done {

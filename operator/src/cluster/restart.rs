@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::kafka::Quorum;
+use crate::kafka::{PartitionIsr, Quorum};
 
 /// A voter is caught up when its log end offset is within this many records of the quorum's
 /// high watermark (followers trail the leader by the records in flight).
@@ -45,6 +45,42 @@ pub fn quorum_unsafe(pod: &PodState, controllers: i32, quorum: Option<&Quorum>) 
             "without it the quorum would have {} caught-up voter(s) {others:?} of the {majority} a majority of {} needs",
             others.len(),
             q.voters.len()
+        )
+    })
+}
+
+/// Why restarting `pod`'s broker now would hurt replicated partitions, or `None`: the restart
+/// would take a partition below its `min.insync.replicas` (producers with acks=all would fail),
+/// or a broker is not yet back in the ISR of a partition it replicates (the last restart has not
+/// caught up: restarting another now could leave fewer copies than promised). `partitions`:
+/// every replicated partition (`None`: the cluster did not answer, so it is not known).
+pub fn isr_unsafe(pod: &PodState, partitions: Option<&[PartitionIsr]>) -> Option<String> {
+    let Some(parts) = partitions else {
+        return Some("the partitions' in-sync replicas are unknown (Metadata did not answer)".into());
+    };
+    let behind: Vec<String> = parts
+        .iter()
+        .filter(|p| p.isr.len() < p.replicas.len())
+        .take(3)
+        .map(|p| {
+            let missing: Vec<i32> = p.replicas.iter().copied().filter(|r| !p.isr.contains(r)).collect();
+            format!("{}-{} (not in sync: {missing:?})", p.topic, p.partition)
+        })
+        .collect();
+    if !behind.is_empty() {
+        return Some(format!("replicas are catching up: {}", behind.join(", ")));
+    }
+    let below: Vec<String> = parts
+        .iter()
+        .filter(|p| p.isr.contains(&pod.ordinal) && (p.isr.len() as i32 - 1) < p.min_insync)
+        .take(3)
+        .map(|p| format!("{}-{} (ISR {:?}, min.insync.replicas={})", p.topic, p.partition, p.isr, p.min_insync))
+        .collect();
+    (!below.is_empty()).then(|| {
+        format!(
+            "restarting broker {} would take partitions below min.insync.replicas: {}",
+            pod.ordinal,
+            below.join(", ")
         )
     })
 }
@@ -172,6 +208,30 @@ mod tests {
 
     fn restart(p: &str) -> Decision {
         Decision::Restart { pod: p.into(), reason: "runs an old template or config".into() }
+    }
+
+    fn part(p: i32, replicas: &[i32], isr: &[i32], min_insync: i32) -> PartitionIsr {
+        PartitionIsr { topic: "t".into(), partition: p, replicas: replicas.to_vec(), isr: isr.to_vec(), min_insync }
+    }
+
+    #[test]
+    fn restarts_keep_replicated_partitions_at_min_insync_and_wait_for_catch_up() {
+        let healthy = [part(0, &[0, 1, 2], &[0, 1, 2], 2), part(1, &[1, 2, 0], &[0, 1, 2], 2)];
+        assert_eq!(isr_unsafe(&pod(0), Some(&healthy)), None);
+        // Broker 1 was restarted and is not back in partition 1's ISR yet: nobody restarts.
+        let catching_up = [part(0, &[0, 1, 2], &[0, 1, 2], 2), part(1, &[1, 2, 0], &[0, 2], 2)];
+        let why = isr_unsafe(&pod(0), Some(&catching_up)).unwrap_or_default();
+        assert!(why.contains("t-1") && why.contains("[1]"), "{why}");
+        // A partition already at its minimum: its ISR members must stay; others may go.
+        let at_min = [part(0, &[0, 1], &[0, 1], 2)];
+        let why = isr_unsafe(&pod(1), Some(&at_min)).unwrap_or_default();
+        assert!(why.contains("below min.insync.replicas") && why.contains("t-0"), "{why}");
+        assert_eq!(isr_unsafe(&pod(2), Some(&at_min)), None);
+        assert!(isr_unsafe(&pod(0), None).is_some(), "unknown state waits");
+        // In the planner: the roll waits and says why.
+        let stale = PodState { up_to_date: false, ..pod(1) };
+        let d = plan(&[pod(0), stale, pod(2)], |p| isr_unsafe(p, Some(&at_min)));
+        assert!(matches!(&d, Decision::Wait { reason } if reason.contains("min.insync.replicas")), "{d}");
     }
 
     #[test]
