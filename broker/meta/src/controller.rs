@@ -372,13 +372,31 @@ impl Controller {
 
     /// Fences every active broker whose session expired; returns the records (empty if none).
     pub fn expire_sessions(&mut self, img: &MetadataImage, now_ms: u64) -> Vec<Record> {
+        let expired: Vec<(NodeId, i64)> = img
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .filter(|b| {
+                let last = *self.last_heartbeat_ms.entry(b.node_id).or_insert(now_ms);
+                now_ms.saturating_sub(last) >= self.session_timeout_ms
+            })
+            .map(|b| (b.node_id, b.epoch))
+            .collect();
+        if expired.is_empty() {
+            return Vec::new();
+        }
+        // Several brokers at once: each one's changes are decided on the image with the
+        // previous ones applied, so no partition gets a leader (or ISR) among brokers fenced in
+        // the same step.
+        let mut scratch = img.clone();
         let mut records = Vec::new();
-        for b in img.brokers.values().filter(|b| !b.fenced) {
-            let last = *self.last_heartbeat_ms.entry(b.node_id).or_insert(now_ms);
-            if now_ms.saturating_sub(last) >= self.session_timeout_ms {
-                records.push(Record::FenceBroker { node_id: b.node_id, epoch: b.epoch });
-                records.extend(self.leave_leadership(img, b.node_id));
+        for (node_id, epoch) in expired {
+            let mut these = vec![Record::FenceBroker { node_id, epoch }];
+            these.extend(self.leave_leadership(&scratch, node_id));
+            for r in &these {
+                scratch.apply(scratch.version, r);
             }
+            records.extend(these);
         }
         records
     }
@@ -1089,6 +1107,20 @@ mod tests {
         assert_eq!((p.leader, p.isr.clone()), (2, vec![2]));
         let r = elect(&mut c, &mut img, Election::Unclean, Some(&[("t", 0)]));
         assert_eq!(r, Reply::Elections(vec![("t".into(), 0, ElectionOutcome::NotNeeded)]));
+    }
+
+    #[test]
+    fn brokers_fenced_together_lead_nothing_and_leave_every_isr() {
+        let (mut c, mut img) = cluster(&[None, None, None]);
+        create(&mut c, &mut img, "t", 3, 3).expect("create");
+        let epoch3 = img.brokers[&3].epoch;
+        c.decide(&img, &Command::Heartbeat { node_id: 3, epoch: epoch3, shutting_down: false }, T).expect("hb");
+        let records = c.expire_sessions(&img, T + 1);
+        commit(&mut img, &Decision::new(records, Reply::Done));
+        assert!(img.brokers[&1].fenced && img.brokers[&2].fenced && !img.brokers[&3].fenced);
+        for p in &img.topic("t").expect("t").partitions {
+            assert_eq!((p.leader, p.isr.clone()), (3, vec![3]), "{p:?}");
+        }
     }
 
     #[test]

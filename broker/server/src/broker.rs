@@ -352,6 +352,8 @@ impl Broker {
                 Ok(_) => tracing::info!(topic = %p.topic, partition = p.index, isr = ?change.isr, "ISR changed"),
                 Err(e) => {
                     tracing::warn!(topic = %p.topic, partition = p.index, isr = ?change.isr, error = %e.message, "ISR change refused");
+                    // Not again at once: the image may still be on its way.
+                    tokio::time::sleep(Duration::from_secs(1)).await;
                     p.isr_change_failed();
                 }
             }

@@ -106,7 +106,12 @@ impl ReplicaState {
         if offset >= leader_leo {
             f.caught_up_ms = now_ms;
         }
-        if self.isr.contains(&replica) || self.isr_change_pending || offset < hw || offset < epoch_start {
+        if self.isr.contains(&replica)
+            || !self.isr.contains(&self.leader)
+            || self.isr_change_pending
+            || offset < hw
+            || offset < epoch_start
+        {
             return None;
         }
         let mut isr = self.isr.clone();
@@ -117,7 +122,7 @@ impl ReplicaState {
 
     /// The ISR without followers that have not been caught up for `lag_ms`, if any is to go.
     pub fn lagging(&self, now_ms: i64, lag_ms: i64) -> Option<Vec<i32>> {
-        if self.isr_change_pending {
+        if self.isr_change_pending || !self.isr.contains(&self.leader) {
             return None;
         }
         let out: Vec<i32> = self
