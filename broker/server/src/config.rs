@@ -905,7 +905,16 @@ impl BrokerConfig {
                 .map(|a| format!("{}:{}", a.host, a.port))
         });
         let dynamic = !bootstrap.is_empty();
-        if dynamic && controller_role && controller_listener.is_none() {
+        if controller_role && !broker_role && !dynamic && (voters.is_empty() || controller_listener.is_none()) {
+            return Err(ConfigError::Inconsistent {
+                key: if voters.is_empty() { "controller.quorum.voters" } else { "listeners" }.into(),
+                reason: "a controller-only node needs the quorum (controller.quorum.voters, or controller.quorum.bootstrap.servers) and a listener named in controller.listener.names".into(),
+            });
+        }
+        // Only a combined node that is a single-node quorum of its own needs no controller
+        // listener (no controller traffic).
+        let single_node = voters.is_empty() && !dynamic;
+        if controller_role && controller_listener.is_none() && !single_node {
             return Err(ConfigError::Inconsistent {
                 key: "listeners".into(),
                 reason: format!(
@@ -923,26 +932,11 @@ impl BrokerConfig {
         if dynamic {
             // The voters are in the metadata log; nothing more to check here.
         } else if controller_role {
-            if !broker_role && (voters.is_empty() || controller_listener.is_none()) {
-                return Err(ConfigError::Inconsistent {
-                    key: if voters.is_empty() { "controller.quorum.voters" } else { "listeners" }.into(),
-                    reason: "a controller-only node needs the quorum (controller.quorum.voters, or controller.quorum.bootstrap.servers) and a listener named in controller.listener.names".into(),
-                });
-            }
-            if voters.is_empty() && controller_listener.is_none() {
-                // A single-node quorum of this node alone: no controller traffic, no listener.
-            } else if voters.is_empty() {
+            if voters.is_empty() && controller_listener.is_some() {
+                // A CONTROLLER listener but no quorum to serve.
                 return Err(ConfigError::Inconsistent {
                     key: "controller.quorum.voters".into(),
                     reason: "a controller with a CONTROLLER listener needs the quorum's voters (list this node to start a new quorum with it), or controller.quorum.bootstrap.servers for a dynamic quorum".into(),
-                });
-            } else if controller_listener.is_none() {
-                return Err(ConfigError::Inconsistent {
-                    key: "listeners".into(),
-                    reason: format!(
-                        "a controller needs a listener named in controller.listener.names ({})",
-                        controller_names.join(",")
-                    ),
                 });
             }
         } else {

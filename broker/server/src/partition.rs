@@ -61,6 +61,12 @@ pub struct Offsets {
     pub leader_epoch: i32,
 }
 
+/// Marks an ISR change as sent and describes it for the controller.
+fn propose(replica: &mut ReplicaState, isr: Vec<i32>) -> IsrChange {
+    replica.isr_change_pending = true;
+    IsrChange { isr, leader_epoch: replica.leader_epoch, partition_epoch: replica.partition_epoch }
+}
+
 fn gone() -> ApiError {
     ApiError::new(ResponseError::UnknownTopicOrPartition, "partition was deleted")
 }
@@ -169,11 +175,7 @@ impl Partition {
                 _ => leo,
             };
             let isr = i.replica.follower_fetched(replica, offset, leo, hw, epoch_start, now_ms);
-            let change = isr.map(|isr| {
-                i.replica.isr_change_pending = true;
-                IsrChange { isr, leader_epoch: i.replica.leader_epoch, partition_epoch: i.replica.partition_epoch }
-            });
-            Ok((change, self.advance_hw(i)))
+            Ok((isr.map(|isr| propose(&mut i.replica, isr)), self.advance_hw(i)))
         })?;
         self.publish(hw.0, hw.1);
         Ok(change)
@@ -185,10 +187,7 @@ impl Partition {
             if i.replica.leader != self.node {
                 return Ok(None);
             }
-            Ok(i.replica.lagging(now_ms, lag_ms).map(|isr| {
-                i.replica.isr_change_pending = true;
-                IsrChange { isr, leader_epoch: i.replica.leader_epoch, partition_epoch: i.replica.partition_epoch }
-            }))
+            Ok(i.replica.lagging(now_ms, lag_ms).map(|isr| propose(&mut i.replica, isr)))
         })
         .ok()
         .flatten()
@@ -208,13 +207,7 @@ impl Partition {
         offset: i64,
         max_bytes: usize,
     ) -> Result<(ReadStart, Offsets), (ApiError, Option<Offsets>)> {
-        let g = self.inner.lock();
-        let Some(i) = g.as_ref() else { return Err((gone(), None)) };
-        let offsets = i.offsets();
-        match i.log.read(offset, max_bytes, offsets.log_end, true) {
-            Ok(r) => Ok((r, offsets)),
-            Err(e) => Err((e.into(), Some(offsets))),
-        }
+        self.plan_read(offset, max_bytes, true, |o| o.log_end)
     }
 
     pub fn subscribe_log_end(&self) -> watch::Receiver<i64> {
@@ -267,17 +260,28 @@ impl Partition {
         self.hw.subscribe()
     }
 
-    /// Plans a fetch read; also returns the offsets at that instant.
+    /// Plans a fetch read up to the high watermark; also returns the offsets at that instant.
     pub fn read(
         &self,
         offset: i64,
         max_bytes: usize,
         min_one: bool,
     ) -> Result<(ReadStart, Offsets), (ApiError, Option<Offsets>)> {
+        self.plan_read(offset, max_bytes, min_one, |o| o.high_watermark)
+    }
+
+    /// Plans a read up to the offset `upto` picks from the offsets at that instant.
+    fn plan_read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+        upto: fn(&Offsets) -> i64,
+    ) -> Result<(ReadStart, Offsets), (ApiError, Option<Offsets>)> {
         let g = self.inner.lock();
         let Some(i) = g.as_ref() else { return Err((gone(), None)) };
         let offsets = i.offsets();
-        match i.log.read(offset, max_bytes, offsets.high_watermark, min_one) {
+        match i.log.read(offset, max_bytes, upto(&offsets), min_one) {
             Ok(r) => Ok((r, offsets)),
             Err(e) => Err((e.into(), Some(offsets))),
         }

@@ -173,7 +173,7 @@ async fn fetch_from(
         let unchecked: Vec<&Followed> =
             list.iter().filter(|f| checked.get(&f.key()) != Some(&f.leader_epoch)).collect();
         let result = if unchecked.is_empty() {
-            fetch_once(&mut c, me, &client, &list, &checked).await
+            fetch_once(&mut c, me, &client, &list).await
         } else {
             let r = check_epochs(&mut c, me, &client, &unchecked, &mut checked).await;
             // Rounds of epoch checks converge in a few steps; never spin on them.
@@ -287,15 +287,9 @@ async fn check_epochs(
     Ok(refused)
 }
 
-/// One Fetch for every checked partition; appends what the leader sent. Returns whether to
-/// back off (errors that wait for new metadata).
-async fn fetch_once(
-    c: &mut Conn,
-    me: i32,
-    client: &str,
-    list: &[Followed],
-    checked: &HashMap<Key, i32>,
-) -> std::io::Result<bool> {
+/// One Fetch for every partition in `list` (all checked under their leader epoch); appends what
+/// the leader sent. Returns whether to back off (errors that wait for new metadata).
+async fn fetch_once(c: &mut Conn, me: i32, client: &str, list: &[Followed]) -> std::io::Result<bool> {
     let mut by_topic: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
     let mut index: HashMap<Key, &Followed> = HashMap::new();
     for f in list {
@@ -334,9 +328,6 @@ async fn fetch_once(
         let topic: Arc<str> = Arc::from(t.topic.0.as_str());
         for p in t.partitions {
             let Some(f) = index.get(&(topic.clone(), p.partition_index)) else { continue };
-            if checked.get(&f.key()) != Some(&f.leader_epoch) {
-                continue;
-            }
             if p.error_code != 0 {
                 wait = true;
                 let e = ResponseError::try_from_code(p.error_code);
