@@ -606,6 +606,19 @@ def test_voters_added_and_removed_through_the_java_admin_client_under_load(clust
         assert voters == sorted({1, 2, 3, 4} - {old}), steps[-1]
         before = len(made)
         wait_until(lambda: len(made) >= before + 5, 60, "load continues after the removal")
+        # The removed voter, still running as an observer, comes back as a voter; then the
+        # active controller itself is removed: it resigns and the others elect a new one.
+        steps.append(java_admin(cp, bootstrap, "add", str(old), c.node(old).host, str(c.node(old).controller_port)))
+        assert sorted(v["id"] for v in steps[-1]["voters"]) == [1, 2, 3, 4], steps[-1]
+        removed_leader = steps[-1]["leader"]
+        before = len(made)
+        steps.append(java_admin(cp, bootstrap, "remove", str(removed_leader)))
+        wait_until(lambda: java_admin(cp, bootstrap, "describe")["leader"] not in (-1, removed_leader), 60,
+                   "a new active controller among the remaining voters")
+        steps.append(java_admin(cp, bootstrap, "describe"))
+        assert sorted(v["id"] for v in steps[-1]["voters"]) == sorted({1, 2, 3, 4} - {removed_leader}), steps[-1]
+        wait_until(lambda: len(made) >= before + 5, 60, "load continues after the leader's removal")
+        old = removed_leader
     finally:
         stop.set()
         t.join(120)

@@ -583,15 +583,16 @@ impl Quorum {
                 if state.voters.len() == 1 {
                     return Ok(Err(AdminRefusal::Invalid("cannot remove the last voter".into())));
                 }
-                if Some(*node_id) == state.leader {
-                    return Ok(Err(AdminRefusal::Invalid(format!(
-                        "node {node_id} is the active controller; removing it is not supported yet (remove the other voters first, or stop it so another node leads)"
-                    ))));
-                }
                 // The removed voter stays a learner (an observer, as in KIP-853): while it runs
-                // it keeps receiving the metadata log, so its broker side stays current.
+                // it keeps receiving the metadata log, so its broker side stays current. The
+                // active controller removing itself leaves the membership entirely instead:
+                // openraft keeps a leader that is still a learner leading, but one outside the
+                // membership steps down once the change is committed and applied, and the
+                // remaining voters elect a leader among themselves (Kafka's removed leader
+                // resigns too). It then follows the image from the voters like a broker.
+                let retain = Some(*node_id) != state.leader;
                 let ids: std::collections::BTreeSet<u64> = [*node_id as u64].into();
-                raft.change_membership(openraft::ChangeMembers::RemoveVoters(ids), true)
+                raft.change_membership(openraft::ChangeMembers::RemoveVoters(ids), retain)
                     .await
                     .map_err(|e| unavailable(&e))?;
                 tracing::info!(node = node_id, "voter removed");
