@@ -4,6 +4,7 @@
 pub mod desired;
 pub mod restart;
 pub mod status;
+pub mod voters;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -105,16 +106,21 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
         None => None,
     };
     let mut notes = status::Notes { quorum: quorum.clone(), ..Default::default() };
+    let voter_ids: Vec<i32> = quorum.as_ref().map(|q| q.voters.iter().map(|(id, _)| *id).collect()).unwrap_or_default();
 
-    // Decide and apply the owned objects. A scale-down waits while the brokers that would go
-    // hold partitions.
-    let Desired { config_map, headless, bootstrap, mut stateful_set, pdb } = desired::desired(&cluster, &ctx.settings);
+    // Decide and apply the owned objects: a running cluster keeps the initial voters it was
+    // started with. A scale-down waits while the brokers that would go hold partitions or are
+    // voters.
+    let cm_api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let started_with = cm_api.get_opt(&names.config_map).await?.as_ref().and_then(desired::initial_voters);
+    let Desired { config_map, headless, bootstrap, mut stateful_set, pdb } =
+        desired::desired(&cluster, &ctx.settings, started_with.as_deref());
     if let Some(current) = current.filter(|c| *c > cluster.spec.replicas) {
         let held = match admin.as_mut() {
             Some(a) => a.replicas_per_broker().await.ok(),
             None => None,
         };
-        let (replicas, blocked) = restart::scale_to(current, cluster.spec.replicas, held.as_ref());
+        let (replicas, blocked) = restart::scale_to(current, cluster.spec.replicas, held.as_ref(), &voter_ids);
         if let Some(spec) = stateful_set.spec.as_mut() {
             spec.replicas = Some(replicas);
         }
@@ -133,7 +139,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let pods = pods_api.list(&ListParams::default().labels(&desired::selector_string(&name))).await?.items;
     let observed = status::observe(&cluster, &sts, &pods, quorum.as_ref());
-    let controllers = cluster.spec.controller_count();
+    let controllers = if voter_ids.is_empty() { cluster.spec.controller_count() } else { voter_ids.len() as i32 };
     // The replicated partitions, asked only while a restart is pending.
     let partitions = match admin.as_mut() {
         Some(a) if observed.iter().any(|p| !p.up_to_date) => a.replicated_partitions().await.ok(),
@@ -147,6 +153,41 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
         tracing::info!(cluster = %name, pod, reason, "restarting broker pod");
         pods_api.delete(pod, &DeleteParams::default()).await?;
         ctx.event(cluster.as_ref(), "RestartingBroker", "Restart", format!("deleting {pod}: {reason}")).await;
+    }
+
+    // The quorum's voters change one at a time, once no restart is pending.
+    let voter_plan = match decision {
+        Decision::Done => voters::plan(cluster.spec.controller_count(), quorum.as_ref(), &observed),
+        _ => voters::VoterPlan::Settled,
+    };
+    if voter_plan != voters::VoterPlan::Settled {
+        notes.voters = Some(voter_plan.to_string());
+    }
+    if let voters::VoterPlan::Add(id) | voters::VoterPlan::Remove(id) = voter_plan {
+        tracing::info!(cluster = %name, plan = %voter_plan, "changing the metadata quorum");
+        let cluster_id = desired::cluster_id(&cluster);
+        let result = match (admin.as_mut(), &voter_plan) {
+            (Some(a), voters::VoterPlan::Add(_)) => {
+                let host = desired::broker_host(&cluster, &ctx.settings, id);
+                a.add_raft_voter(&cluster_id, id, &host, desired::CONTROLLER_PORT as u16).await
+            }
+            (Some(a), _) => a.remove_raft_voter(&cluster_id, id).await,
+            (None, _) => Ok(()),
+        };
+        match result {
+            Ok(()) => {
+                let (reason, verb) = match voter_plan {
+                    voters::VoterPlan::Add(_) => ("VoterAdded", "added to"),
+                    _ => ("VoterRemoved", "removed from"),
+                };
+                let note = format!("broker {id} {verb} the metadata quorum's voters");
+                ctx.event(cluster.as_ref(), reason, "ChangeQuorum", note).await;
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %name, error = %e, "quorum change failed; retrying");
+                notes.voters = Some(format!("{voter_plan} failed, retrying: {e}"));
+            }
+        }
     }
 
     // Dynamic configs go to running brokers, once no restart is pending.
@@ -166,7 +207,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     apply_status::<Cluster>(client, &ns, &name, &new_status).await?;
 
     Ok(match decision {
-        Decision::Done if notes.config.is_none() && notes.scale_down_blocked.is_none() => {
+        Decision::Done if notes.config.is_none() && notes.scale_down_blocked.is_none() && notes.voters.is_none() => {
             Action::requeue(Duration::from_secs(60))
         }
         Decision::Done => Action::requeue(Duration::from_secs(10)),

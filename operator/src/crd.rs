@@ -63,9 +63,6 @@ pub const RESERVED_CONFIG_KEYS: &[&str] = &[
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("!has(self.controllers) || self.replicas >= self.controllers.replicas")
     .message("replicas must be at least controllers.replicas: every controller is also a broker"))]
-#[x_kube(validation = kube::core::Rule::new(
-    "(has(self.controllers) ? self.controllers.replicas : 1) == (has(oldSelf.controllers) ? oldSelf.controllers.replicas : 1)"
-).message("controllers.replicas cannot change after the cluster is created"))]
 pub struct ClusterSpec {
     /// Number of broker pods (node ids 0..replicas-1). The first `controllers.replicas` of them
     /// are also the metadata quorum's voters; the others follow it. Scaling down is held back
@@ -114,8 +111,9 @@ pub struct ControllersSpec {
     #[serde(default)]
     pub mode: ControllerMode,
     /// Voters of the metadata quorum: 1, 3 or 5 (a majority must be up to change metadata).
-    /// Fixed when the cluster is created: changing voters is AddRaftVoter/RemoveRaftVoter, which
-    /// the operator does not drive yet.
+    /// Changing it on a running cluster adds or removes voters one at a time (KIP-853
+    /// AddRaftVoter/RemoveRaftVoter, the active controller removed last) without restarting any
+    /// broker; it waits while a broker is not ready or a roll is in progress.
     #[serde(default = "one")]
     #[x_kube(validation = kube::core::Rule::new("self == 1 || self == 3 || self == 5")
         .message("controllers.replicas must be 1, 3 or 5"))]

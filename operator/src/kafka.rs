@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
+use kafka_protocol::messages::add_raft_voter_request::Listener as VoterListener;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
@@ -16,8 +17,8 @@ use kafka_protocol::messages::describe_quorum_request::{PartitionData as QuorumP
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeQuorumRequest,
-    IncrementalAlterConfigsRequest, MetadataRequest, TopicName,
+    AddRaftVoterRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
+    DescribeQuorumRequest, IncrementalAlterConfigsRequest, MetadataRequest, RemoveRaftVoterRequest, TopicName,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
 use oxbow_protocol::client::{decode_response, request_frame};
@@ -26,6 +27,9 @@ use tokio::net::TcpStream;
 
 /// How long any one request may take, connect included.
 const TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a voter change may take: a new voter first catches up as a learner (the broker
+/// gives it 60 s).
+const VOTER_CHANGE_TIMEOUT: Duration = Duration::from_secs(75);
 /// Kafka's TOPIC resource type in config APIs.
 const RESOURCE_TOPIC: i8 = 2;
 /// Kafka's BROKER resource type in config APIs.
@@ -173,6 +177,15 @@ impl Admin {
     }
 
     async fn send<R: Request>(&mut self, version: i16, req: &R) -> Result<R::Response, KafkaError> {
+        self.send_within(TIMEOUT, version, req).await
+    }
+
+    async fn send_within<R: Request>(
+        &mut self,
+        timeout: Duration,
+        version: i16,
+        req: &R,
+    ) -> Result<R::Response, KafkaError> {
         self.correlation += 1;
         let frame = request_frame(version, self.correlation, "oxbow-operator", req).map_err(|e| self.protocol(e))?;
         let exchange = async {
@@ -182,7 +195,7 @@ impl Admin {
             self.stream.read_exact(&mut buf).await?;
             Ok::<_, std::io::Error>(Bytes::from(buf))
         };
-        let body = tokio::time::timeout(TIMEOUT, exchange)
+        let body = tokio::time::timeout(timeout, exchange)
             .await
             .map_err(|_| KafkaError::Timeout { addr: self.addr.clone() })?
             .map_err(|e| self.io(e))?;
@@ -212,6 +225,31 @@ impl Admin {
             high_watermark: p.high_watermark,
             voters: p.current_voters.iter().map(|v| (v.replica_id.0, v.log_end_offset)).collect(),
         })
+    }
+
+    /// AddRaftVoter (KIP-853): makes node `id`, reachable at `host:port` on its CONTROLLER
+    /// listener, a voter of the metadata quorum (a learner until it has caught up).
+    pub async fn add_raft_voter(&mut self, cluster_id: &str, id: i32, host: &str, port: u16) -> Result<(), KafkaError> {
+        let mut l = VoterListener::default();
+        l.name = sb("CONTROLLER");
+        l.host = sb(host);
+        l.port = port;
+        let mut req = AddRaftVoterRequest::default();
+        req.cluster_id = Some(sb(cluster_id));
+        req.timeout_ms = VOTER_CHANGE_TIMEOUT.as_millis() as i32;
+        req.voter_id = id;
+        req.listeners = vec![l];
+        let resp = self.send_within(VOTER_CHANGE_TIMEOUT, 0, &req).await?;
+        check("add voter", &format!("node {id}"), resp.error_code, resp.error_message, &[])
+    }
+
+    /// RemoveRaftVoter (KIP-853): node `id` stops being a voter of the metadata quorum.
+    pub async fn remove_raft_voter(&mut self, cluster_id: &str, id: i32) -> Result<(), KafkaError> {
+        let mut req = RemoveRaftVoterRequest::default();
+        req.cluster_id = Some(sb(cluster_id));
+        req.voter_id = id;
+        let resp = self.send_within(VOTER_CHANGE_TIMEOUT, 0, &req).await?;
+        check("remove voter", &format!("node {id}"), resp.error_code, resp.error_message, &[])
     }
 
     /// How many partition replicas each broker holds, over every topic.

@@ -15,6 +15,9 @@ the images tests/k8s/load-images built.
     brokers, seen by kafka-topics, with no restart;
   - `kubectl scale` to 4 brokers: the 4th joins and serves; scaling back to 3 is held back
     (condition ScaleDownBlocked) while the 4th holds partitions, and happens once it holds none;
+  - `controllers.replicas` 3 -> 1 -> 3: voters removed (the active controller last) and added
+    one at a time, an Event each, topics created under each quorum, no broker restarted and
+    server.properties unchanged;
   - Topics, checked with Kafka's own kafka-topics (TopicCommand): created with configs, grown,
     configs changed and removed, a shrink refused with a readable condition, an existing topic
     adopted, a missing Cluster reported, deletion policies `delete` and `retain`;
@@ -117,6 +120,17 @@ def restart_events():
         pods = [n for n in (f"events-broker-{i}" for i in range(BROKERS + 1)) if f"deleting {n}:" in note]
         out.append((when, pods[0] if pods else note, note))
     return sorted(out)
+
+
+def quorum_events(reason):
+    """Broker ids of the Cluster's VoterAdded or VoterRemoved events, oldest first."""
+    out = []
+    for e in kjson("get", "events", "-n", NS)["items"]:
+        if e.get("reason") == reason:
+            note = e.get("note") or e.get("message", "")
+            when = e.get("eventTime") or e.get("lastTimestamp") or e["metadata"]["creationTimestamp"]
+            out.append((when, int(note.split()[1])))
+    return [i for _, i in sorted(out)]
 
 
 HOSTS = tempfile.NamedTemporaryFile("w", prefix="oxbow-e2e-hosts", delete=False).name
@@ -405,6 +419,42 @@ def main():
     if condition(c, "ScaleDownBlocked").get("status") != "False" or c["status"]["readyBrokers"] != 3:
         fail(f"after the scale-down: {c['status']}")
     broker_uids = pod_uids()
+
+    step("controllers 3 -> 1 -> 3: voters removed and added one at a time, no broker restarted")
+
+    def voters_are(ids):
+        def check():
+            x = kjson("get", "cluster", "-n", NS, "events")
+            q = (x.get("status") or {}).get("quorum") or {}
+            settled = condition(x, "Reconciling").get("reason") != "QuorumChanging"
+            return x if q.get("voters") == ids and q.get("leader") in ids and settled else None
+        return check
+
+    leader_before = kjson("get", "cluster", "-n", NS, "events")["status"]["quorum"]["leader"]
+    properties = kjson("get", "configmap", "-n", NS, "events-config")["data"]["server.properties"]
+    kubectl("patch", "cluster/events", "-n", NS, "--type=merge", "-p", '{"spec":{"controllers":{"replicas":1}}}')
+    wait("voters [0]", voters_are([0]), 300)
+    removed = quorum_events("VoterRemoved")
+    step(f"voters [0] (leader before: {leader_before}); events: {removed}")
+    if sorted(removed) != [1, 2] or (leader_before in (1, 2) and removed[-1] != leader_before):
+        fail(f"VoterRemoved events {removed}: want brokers 1 and 2, the active controller {leader_before} last")
+    kafka_topics("--create", "--topic", "one-voter", "--partitions", "3")
+    if pod_uids() != broker_uids:
+        fail("changing controllers.replicas restarted a broker")
+    kubectl("patch", "cluster/events", "-n", NS, "--type=merge", "-p", '{"spec":{"controllers":{"replicas":3}}}')
+    c = wait("voters [0, 1, 2]", voters_are([0, 1, 2]), 300)
+    added = quorum_events("VoterAdded")
+    step(f"voters {c['status']['quorum']['voters']}, leader {c['status']['quorum']['leader']}; added in order {added}")
+    if added != [1, 2]:
+        fail(f"VoterAdded events {added}: want 1 then 2")
+    kafka_topics("--create", "--topic", "three-voters", "--partitions", "3")
+    listed = kafka_topics("--list").split()
+    if "one-voter" not in listed or "three-voters" not in listed:
+        fail(f"topics created under each quorum not listed: {listed}")
+    if pod_uids() != broker_uids:
+        fail("changing controllers.replicas restarted a broker")
+    if kjson("get", "configmap", "-n", NS, "events-config")["data"]["server.properties"] != properties:
+        fail("changing controllers.replicas changed server.properties")
 
     step("helm upgrade restarts the operator and no broker")
     op_before = {p["metadata"]["uid"] for p in kjson("get", "pods", "-n", OP_NS)["items"]}

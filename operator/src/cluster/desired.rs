@@ -109,19 +109,30 @@ pub fn cluster_id(cluster: &Cluster) -> String {
     crate::kafka::topic_id_string(&uid)
 }
 
-/// `controller.quorum.voters`: brokers 0..controllers-1 by their stable DNS names.
-pub fn quorum_voters(cluster: &Cluster, settings: &Settings) -> String {
+/// Broker `id`'s stable DNS name (the headless Service's record for its pod).
+pub fn broker_host(cluster: &Cluster, settings: &Settings, id: i32) -> String {
     let names = Names::of(&cluster.name_any());
     let ns = cluster.namespace().unwrap_or_default();
+    format!("{}-{id}.{}.{ns}.svc.{}", names.stateful_set, names.headless, settings.cluster_domain)
+}
+
+/// `controller.quorum.voters` for a new cluster: brokers 0..controllers-1 by their stable DNS
+/// names. These are the *initial* voters only: once the quorum exists its membership lives in
+/// the metadata log and changes through AddRaftVoter/RemoveRaftVoter, so the operator keeps the
+/// value it started the cluster with (see [`initial_voters`]) and never restarts brokers for a
+/// change of `controllers.replicas`.
+pub fn quorum_voters(cluster: &Cluster, settings: &Settings) -> String {
     (0..cluster.spec.controller_count())
-        .map(|i| {
-            format!(
-                "{i}@{}-{i}.{}.{ns}.svc.{}:{CONTROLLER_PORT}",
-                names.stateful_set, names.headless, settings.cluster_domain
-            )
-        })
+        .map(|i| format!("{i}@{}:{CONTROLLER_PORT}", broker_host(cluster, settings, i)))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// The initial voters the cluster was started with, from its existing ConfigMap's
+/// `server.properties` (`None` before the ConfigMap exists).
+pub fn initial_voters(config_map: &ConfigMap) -> Option<String> {
+    let props = config_map.data.as_ref()?.get("server.properties")?;
+    props.lines().find_map(|l| l.strip_prefix("controller.quorum.voters=")).map(str::to_string)
 }
 
 /// `server.properties` for every broker of the cluster: the operator's defaults (listeners, log
@@ -129,14 +140,16 @@ pub fn quorum_voters(cluster: &Cluster, settings: &Settings) -> String {
 /// `controllers.replicas` are the voters and the others follow the quorum as observers), then
 /// `spec.config` (reserved keys are refused by the schema). Per-broker keys (node.id,
 /// advertised.listeners) are passed as `--override` arguments instead.
-pub fn server_properties(cluster: &Cluster, settings: &Settings) -> String {
+/// `voters`: the initial voters the cluster runs with ([`initial_voters`]), `None` for a new
+/// cluster ([`quorum_voters`] of the spec).
+pub fn server_properties(cluster: &Cluster, settings: &Settings, voters: Option<&str>) -> String {
     let mut props: BTreeMap<String, String> = BTreeMap::from([
         ("listeners".into(), format!("PLAINTEXT://0.0.0.0:{KAFKA_PORT},CONTROLLER://0.0.0.0:{CONTROLLER_PORT}")),
         ("log.dirs".into(), format!("{DATA_DIR}/data")),
         ("oxbow.http.listener".into(), format!("0.0.0.0:{HEALTH_PORT}")),
         ("process.roles".into(), "broker,controller".into()),
         ("controller.listener.names".into(), "CONTROLLER".into()),
-        ("controller.quorum.voters".into(), quorum_voters(cluster, settings)),
+        ("controller.quorum.voters".into(), voters.map_or_else(|| quorum_voters(cluster, settings), str::to_string)),
         ("cluster.id".into(), cluster_id(cluster)),
     ]);
     for (k, v) in &cluster.spec.config {
@@ -211,12 +224,13 @@ fn meta(cluster: &Cluster, name: &str) -> ObjectMeta {
     }
 }
 
-/// Builds every object the Cluster should have.
-pub fn desired(cluster: &Cluster, settings: &Settings) -> Desired {
+/// Builds every object the Cluster should have. `voters`: the initial voters of a cluster that
+/// already runs ([`initial_voters`] of its ConfigMap), `None` for a new one.
+pub fn desired(cluster: &Cluster, settings: &Settings, voters: Option<&str>) -> Desired {
     let name = cluster.name_any();
     let ns = cluster.namespace().unwrap_or_default();
     let names = Names::of(&name);
-    let properties = server_properties(cluster, settings);
+    let properties = server_properties(cluster, settings, voters);
     // Only keys that need a restart count: dynamic ones are applied to running brokers (and are
     // in the file for the next start).
     let restart_relevant: String = properties

@@ -86,9 +86,15 @@ pub fn isr_unsafe(pod: &PodState, partitions: Option<&[PartitionIsr]>) -> Option
 }
 
 /// How many brokers the StatefulSet should run: `want` (the spec), unless that removes brokers
-/// that still hold partition replicas (or it cannot be checked): then `current`, and why.
-/// `replicas_per_broker`: how many partition replicas each broker id holds.
-pub fn scale_to(current: i32, want: i32, replicas_per_broker: Option<&BTreeMap<i32, usize>>) -> (i32, Option<String>) {
+/// that still hold partition replicas or are voters of the metadata quorum (or it cannot be
+/// checked): then `current`, and why. `replicas_per_broker`: how many partition replicas each
+/// broker id holds; `voters`: the quorum's voters.
+pub fn scale_to(
+    current: i32,
+    want: i32,
+    replicas_per_broker: Option<&BTreeMap<i32, usize>>,
+    voters: &[i32],
+) -> (i32, Option<String>) {
     if want >= current {
         return (want, None);
     }
@@ -97,20 +103,21 @@ pub fn scale_to(current: i32, want: i32, replicas_per_broker: Option<&BTreeMap<i
     };
     let holding: Vec<String> = (want..current)
         .filter_map(|id| {
+            if voters.contains(&id) {
+                return Some(format!("broker {id} is a voter of the metadata quorum (its removal comes first)"));
+            }
             held.get(&id).filter(|n| **n > 0).map(|n| format!("broker {id} holds {n} partition replica(s)"))
         })
         .collect();
     if holding.is_empty() {
-        (want, None)
-    } else {
-        (
-            current,
-            Some(format!(
-                "scaling to {want} waits: {}; move or delete them first (partition reassignment is not automated yet)",
-                holding.join(", ")
-            )),
-        )
+        return (want, None);
     }
+    let hint = if holding.iter().any(|h| h.contains("partition replica")) {
+        "; move or delete them first (partition reassignment is not automated yet)"
+    } else {
+        ""
+    };
+    (current, Some(format!("scaling to {want} waits: {}{hint}", holding.join(", "))))
 }
 
 /// One broker pod, as observed.
@@ -186,10 +193,11 @@ pub fn plan(pods: &[PodState], unsafe_to_restart: impl Fn(&PodState) -> Option<S
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn pod(ordinal: i32) -> PodState {
+    /// A ready, up-to-date broker pod that is not a controller.
+    pub(crate) fn pod(ordinal: i32) -> PodState {
         PodState {
             ordinal,
             name: format!("c-broker-{ordinal}"),
@@ -333,12 +341,19 @@ mod tests {
     #[test]
     fn scaling_down_waits_while_leaving_brokers_hold_partitions() {
         let held = BTreeMap::from([(0, 3), (1, 2), (3, 1)]);
-        assert_eq!(scale_to(3, 5, Some(&held)), (5, None));
-        let (n, why) = scale_to(4, 3, Some(&held));
+        assert_eq!(scale_to(3, 5, Some(&held), &[0]), (5, None));
+        let (n, why) = scale_to(4, 3, Some(&held), &[0]);
         assert_eq!(n, 4);
         assert!(why.unwrap().contains("broker 3 holds 1 partition replica(s)"));
-        assert_eq!(scale_to(4, 2, Some(&BTreeMap::from([(0, 3), (1, 1)]))), (2, None));
-        assert_eq!(scale_to(4, 3, None).0, 4);
+        assert_eq!(scale_to(4, 2, Some(&BTreeMap::from([(0, 3), (1, 1)])), &[0, 1]), (2, None));
+        // A voter goes only once it is no longer one (the operator removes it first).
+        let (n, why) = scale_to(3, 1, Some(&BTreeMap::new()), &[0, 1, 2]);
+        assert_eq!(n, 3);
+        assert_eq!(
+            why.unwrap(),
+            "scaling to 1 waits: broker 1 is a voter of the metadata quorum (its removal comes first), broker 2 is a voter of the metadata quorum (its removal comes first)"
+        );
+        assert_eq!(scale_to(4, 3, None, &[]).0, 4);
     }
 
     #[test]

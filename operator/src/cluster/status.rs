@@ -24,6 +24,11 @@ pub fn observe(cluster: &Cluster, sts: &StatefulSet, pods: &[Pod], quorum: Optio
     let replicas = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(cluster.spec.replicas).max(0);
     let controllers = cluster.spec.controller_count();
     let leader = quorum.and_then(|q| q.leader).or((controllers == 1).then_some(0));
+    // The voters as the quorum reports them (they change at runtime); the spec's until then.
+    let is_voter = |ordinal: i32| match quorum.filter(|q| !q.voters.is_empty()) {
+        Some(q) => q.voters.iter().any(|(id, _)| *id == ordinal),
+        None => ordinal < controllers,
+    };
     let update_revision = sts.status.as_ref().and_then(|s| s.update_revision.clone());
     let want_hash = sts
         .spec
@@ -47,8 +52,7 @@ pub fn observe(cluster: &Cluster, sts: &StatefulSet, pods: &[Pod], quorum: Optio
                 terminating: pod.is_some_and(|p| p.metadata.deletion_timestamp.is_some()),
                 ready: pod.is_some_and(pod_ready),
                 up_to_date: pod.is_none() || (revision_current && hash == want_hash),
-                // Combined roles: the first `controllers` brokers are the voters.
-                controller: ordinal < controllers,
+                controller: is_voter(ordinal),
                 active_controller: leader == Some(ordinal),
             }
         })
@@ -85,9 +89,12 @@ pub fn status(
     let ns = cluster.namespace().unwrap_or_default();
     let mut conditions = vec![
         condition(&old, "Ready", all_ready && current, ready_reason, ready_msg, generation),
-        match config_note {
-            Some(note) => condition(&old, "Reconciling", true, "DynamicConfigPending", note.to_string(), generation),
-            None => condition(
+        match (config_note, notes.voters.as_deref()) {
+            (Some(note), _) => {
+                condition(&old, "Reconciling", true, "DynamicConfigPending", note.to_string(), generation)
+            }
+            (None, Some(note)) => condition(&old, "Reconciling", true, "QuorumChanging", note.to_string(), generation),
+            (None, None) => condition(
                 &old,
                 "Reconciling",
                 !(all_ready && current),
@@ -164,4 +171,6 @@ pub struct Notes {
     pub scale_down_blocked: Option<String>,
     /// The metadata quorum, if the brokers answered.
     pub quorum: Option<Quorum>,
+    /// A change of the quorum's voters in progress or waiting, and what it is.
+    pub voters: Option<String>,
 }

@@ -56,7 +56,7 @@ fn golden(name: &str, actual: &str) {
 #[test]
 fn minimal_cluster() {
     let c = cluster(ClusterSpec { replicas: 1, ..Default::default() });
-    golden("cluster-minimal.yaml", &render(&desired(&c, &settings())));
+    golden("cluster-minimal.yaml", &render(&desired(&c, &settings(), None)));
 }
 
 #[test]
@@ -80,7 +80,7 @@ fn cluster_with_every_override() {
         }),
         ..Default::default()
     });
-    golden("cluster-overrides.yaml", &render(&desired(&c, &settings())));
+    golden("cluster-overrides.yaml", &render(&desired(&c, &settings(), None)));
 }
 
 #[test]
@@ -90,7 +90,7 @@ fn ephemeral_storage_uses_an_empty_dir_and_no_claims() {
         storage: StorageSpec { ephemeral: true, ..Default::default() },
         ..Default::default()
     });
-    let d = desired(&c, &settings());
+    let d = desired(&c, &settings(), None);
     let sts = d.stateful_set.spec.unwrap_or_default();
     assert!(sts.volume_claim_templates.is_none());
     let volumes = sts.template.spec.and_then(|s| s.volumes).unwrap_or_default();
@@ -102,11 +102,11 @@ fn a_static_config_change_changes_the_template_hash_and_nothing_else_in_the_temp
     let a = cluster(ClusterSpec { replicas: 1, ..Default::default() });
     let mut b = a.clone();
     b.spec.config.insert("num.partitions".into(), "6".into());
-    let (da, db) = (desired(&a, &settings()), desired(&b, &settings()));
+    let (da, db) = (desired(&a, &settings(), None), desired(&b, &settings(), None));
     assert_ne!(template_annotations(&da), template_annotations(&db));
     let spec = |d: &Desired| d.stateful_set.spec.as_ref().and_then(|s| s.template.spec.clone());
     assert_eq!(spec(&da), spec(&db));
-    assert!(server_properties(&b, &settings()).contains("num.partitions=6\n"));
+    assert!(server_properties(&b, &settings(), None).contains("num.partitions=6\n"));
 }
 
 #[test]
@@ -115,9 +115,9 @@ fn a_dynamic_config_change_is_in_the_file_but_does_not_change_the_template() {
     let mut b = a.clone();
     b.spec.config.insert("log.retention.ms".into(), "1000".into());
     b.spec.config.insert("log.segment.bytes".into(), "1048576".into());
-    let (da, db) = (desired(&a, &settings()), desired(&b, &settings()));
+    let (da, db) = (desired(&a, &settings(), None), desired(&b, &settings(), None));
     assert_eq!(da.stateful_set, db.stateful_set);
-    assert!(server_properties(&b, &settings()).contains("log.retention.ms=1000\n"));
+    assert!(server_properties(&b, &settings(), None).contains("log.retention.ms=1000\n"));
     assert_eq!(dynamic_config(&b).len(), 2);
     assert!(dynamic_config(&a).is_empty());
 }
@@ -129,7 +129,7 @@ fn the_first_brokers_are_the_voters_and_the_cluster_id_comes_from_the_uid() {
         controllers: Some(ControllersSpec { mode: ControllerMode::Combined, replicas: 3 }),
         ..Default::default()
     });
-    let props = server_properties(&c, &settings());
+    let props = server_properties(&c, &settings(), None);
     let host = |i: i32| format!("{i}@events-broker-{i}.events-brokers.streaming.svc.cluster.local:9093");
     assert!(props.contains(&format!("controller.quorum.voters={},{},{}\n", host(0), host(1), host(2))), "{props}");
     assert!(props.contains("process.roles=broker,controller\n"));
@@ -137,7 +137,26 @@ fn the_first_brokers_are_the_voters_and_the_cluster_id_comes_from_the_uid() {
     assert!(props.contains(&format!("cluster.id={}\n", cluster_id(&c))));
     assert_eq!(cluster_id(&c).len(), 22);
     let one = cluster(ClusterSpec { replicas: 2, ..Default::default() });
-    assert!(server_properties(&one, &settings()).contains(&format!("controller.quorum.voters={}\n", host(0))));
+    assert!(server_properties(&one, &settings(), None).contains(&format!("controller.quorum.voters={}\n", host(0))));
+}
+
+#[test]
+fn a_running_cluster_keeps_its_initial_voters_so_changing_controllers_restarts_nothing() {
+    let spec = |controllers| ClusterSpec {
+        replicas: 3,
+        controllers: Some(ControllersSpec { mode: ControllerMode::Combined, replicas: controllers }),
+        ..Default::default()
+    };
+    let created = desired(&cluster(spec(3)), &settings(), None);
+    let voters = initial_voters(&created.config_map).unwrap_or_default();
+    assert!(voters.starts_with("0@events-broker-0.") && voters.matches('@').count() == 3, "{voters}");
+    let shrunk = desired(&cluster(spec(1)), &settings(), Some(&voters));
+    assert_eq!(shrunk.config_map, created.config_map);
+    assert_eq!(template_annotations(&shrunk), template_annotations(&created));
+    // A new cluster of one controller starts with one voter.
+    let new = desired(&cluster(spec(1)), &settings(), None);
+    assert_eq!(initial_voters(&new.config_map).map(|v| v.matches('@').count()), Some(1));
+    assert_ne!(template_annotations(&new), template_annotations(&created));
 }
 
 fn template_annotations(d: &Desired) -> Option<BTreeMap<String, String>> {
@@ -147,7 +166,7 @@ fn template_annotations(d: &Desired) -> Option<BTreeMap<String, String>> {
 #[test]
 fn every_object_is_owned_by_the_cluster() {
     let c = cluster(ClusterSpec { replicas: 1, ..Default::default() });
-    let d = desired(&c, &settings());
+    let d = desired(&c, &settings(), None);
     for m in
         [&d.config_map.metadata, &d.headless.metadata, &d.bootstrap.metadata, &d.stateful_set.metadata, &d.pdb.metadata]
     {
