@@ -102,6 +102,62 @@ pub struct ClusterSpec {
     /// Scheduling and metadata overrides for broker pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<PodOverrides>,
+
+    /// Where brokers send their OpenTelemetry metrics (OTLP/HTTP). Changing it restarts the
+    /// brokers (one at a time, as any template change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<TelemetrySpec>,
+
+    /// Rack awareness: each broker's `broker.rack` is its node's zone (or region), so the
+    /// replicas of a new partition go to different racks where possible, and broker pods are
+    /// spread over them. Changing it restarts the brokers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<RackSpec>,
+}
+
+/// Where a broker's rack comes from.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RackSpec {
+    /// The node label whose value is the rack: `topology.kubernetes.io/zone` or
+    /// `topology.kubernetes.io/region`. Kubernetes copies these two labels from the node onto
+    /// the pod when it is scheduled (KEP-4742: on by default from 1.35, behind the
+    /// `PodTopologyLabelsAdmission` feature gate in 1.33 and 1.34), and the broker reads its
+    /// pod's label through the downward API: no node read rights, no init container. A pod
+    /// without the label runs with no rack (`status.brokers[].rack` is empty).
+    #[serde(default = "zone_key")]
+    #[x_kube(validation = kube::core::Rule::new(
+        "self == 'topology.kubernetes.io/zone' || self == 'topology.kubernetes.io/region'"
+    ).message("rack.topologyKey must be topology.kubernetes.io/zone or topology.kubernetes.io/region (the node labels Kubernetes copies onto pods)"))]
+    pub topology_key: String,
+}
+
+fn zone_key() -> String {
+    ZONE_LABEL.into()
+}
+
+/// The node (and, with KEP-4742, pod) label of a zone.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+impl Default for RackSpec {
+    fn default() -> Self {
+        RackSpec { topology_key: zone_key() }
+    }
+}
+
+/// OpenTelemetry export from the brokers.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TelemetrySpec {
+    /// OTLP/HTTP endpoint of a collector, e.g. `http://otel-collector.monitoring:4318`
+    /// (`OTEL_EXPORTER_OTLP_ENDPOINT` of each broker).
+    #[x_kube(validation = kube::core::Rule::new("self.startsWith('http://') || self.startsWith('https://')")
+        .message("telemetry.otlpEndpoint must be an http:// or https:// URL"))]
+    pub otlp_endpoint: String,
+    /// Seconds between two exports (`OTEL_METRIC_EXPORT_INTERVAL`); 60 when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub export_interval_seconds: Option<i32>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -242,6 +298,9 @@ pub struct BrokerStatus {
     pub ready: bool,
     /// Whether the pod runs the current pod template and configuration.
     pub up_to_date: bool,
+    /// The broker's rack (its pod's topology label), with `spec.rack`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

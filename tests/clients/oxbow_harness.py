@@ -106,6 +106,8 @@ class Broker:
         self.data_dir = data_dir
         self.log_path = log_path
         self.overrides = dict(overrides or {})
+        #: Extra environment variables for the broker process.
+        self.env: dict[str, str] = {}
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         self.last_returncode: int | None = None
@@ -149,6 +151,7 @@ class Broker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.data_dir.parent,
+                env={**os.environ, **self.env},
                 start_new_session=True,
             )
         finally:

@@ -24,7 +24,9 @@ the images tests/k8s/load-images built.
   - `helm upgrade` restarts the operator but no broker; with two replicas one holds the Lease
     and the other takes over (and reconciles) when the leader stops;
   - the operator's traces (a span per reconcile) and metrics (reconcile counters by controller
-    and result) arrive over OTLP/HTTP at a stand-in collector (otlp_sink.py);
+    and result) arrive over OTLP/HTTP at a stand-in collector (otlp_sink.py), and so do every
+    broker's metrics (spec.telemetry: requests, partitions led, the active controller), each
+    labelled with its pod;
   - deleting the namespace (a Cluster, a Topic with its finalizer) leaves nothing stuck;
     `helm uninstall` removes the operator and keeps the CRDs.
 Exits non-zero with the reason on the first failure.
@@ -79,15 +81,19 @@ def cluster_ready(name):
 BROKERS = 3
 
 
-def cluster_yaml(config=None, replicas=BROKERS, controllers=BROKERS):
+def cluster_yaml(config=None, replicas=BROKERS, controllers=BROKERS, otlp=f"http://{NODE_IP}:4318",
+                 rack="topology.kubernetes.io/zone"):
     """A Cluster manifest (JSON, which kubectl reads as YAML): `replicas` brokers, the first
-    `controllers` of them the metadata quorum's voters."""
+    `controllers` of them the metadata quorum's voters, exporting metrics to `otlp` (the
+    stand-in collector) every 5 s, racks from the node label `rack` (tests/k8s/up labels the
+    node zone-a, region-1)."""
     return json.dumps({
         "apiVersion": "oxbow.io/v1alpha1",
         "kind": "Cluster",
         "metadata": {"name": "events", "namespace": NS},
         "spec": {"replicas": replicas, "controllers": {"replicas": controllers}, "storage": {"size": "1Gi"},
-                 "config": config or {}},
+                 "config": config or {}, "telemetry": {"otlpEndpoint": otlp, "exportIntervalSeconds": 5},
+                 "rack": {"topologyKey": rack}},
     })
 
 
@@ -223,6 +229,10 @@ def main():
         "2 controllers": (cluster_yaml(controllers=2), "controllers.replicas must be 1, 3 or 5"),
         "fewer brokers than controllers": (cluster_yaml(replicas=1), "replicas must be at least controllers.replicas"),
         "a reserved config key": (cluster_yaml({"node.id": "7"}), "the operator sets them"),
+        "an OTLP endpoint that is not a URL": (cluster_yaml(otlp="collector:4318"),
+                                               "telemetry.otlpEndpoint must be an http:// or https:// URL"),
+        "a rack label Kubernetes does not copy onto pods": (cluster_yaml(rack="kubernetes.io/hostname"),
+                                                            "rack.topologyKey must be topology.kubernetes.io/zone"),
     }
     for what, (manifest, message) in bad.items():
         p = run("kubectl", "apply", "-f", "-", input=manifest, check=False)
@@ -244,6 +254,14 @@ def main():
         pvc = kjson("get", "pvc", "-n", NS, f"data-events-broker-{i}")
         if pvc["status"]["phase"] != "Bound":
             fail(f"claim {i} not bound: {pvc['status']}")
+
+    step("rack awareness: each broker's rack is its node's zone (KEP-4742 pod label)")
+    racks = {b["id"]: b.get("rack") for b in st["brokers"]}
+    if racks != {i: "zone-a" for i in range(BROKERS)}:
+        fail(f"status.brokers racks {racks}, want zone-a for each")
+    spread = kjson("get", "statefulset", "-n", NS, "events-broker")["spec"]["template"]["spec"]
+    if [c["topologyKey"] for c in spread.get("topologySpreadConstraints", [])] != ["topology.kubernetes.io/zone"]:
+        fail(f"broker pods not spread over zones: {spread.get('topologySpreadConstraints')}")
 
     step("kcat inside the cluster: metadata, produce, consume")
     kubectl("run", "client", "-n", NS, "--image=localhost/oxbow/toolbox:dev", "--restart=Never",
@@ -267,6 +285,13 @@ def main():
         return check
 
     wait(f"kcat metadata through events-bootstrap: brokers 0..{BROKERS - 1}", brokers_are(BROKERS), 90)
+    image = json.loads(kubectl("exec", "-n", NS, "client", "--", "wget", "-qO-",
+                               "http://events-broker-0.events-brokers:8080/metadata"))
+    registered = {int(k): v.get("rack") for k, v in image["brokers"].items()} if isinstance(image["brokers"], dict) \
+        else {b["node_id"]: b.get("rack") for b in image["brokers"]}
+    if registered != {i: "zone-a" for i in range(BROKERS)}:
+        fail(f"brokers registered with racks {registered}, want zone-a for each")
+    step(f"registered racks (broker 0's metadata image): {registered}")
     records = "".join(f"record-{i}\n" for i in range(50))
     kcat("-P", "-t", "e2e", "-p", "0", input=records)  # the broker creates the topic on first use
     got = kcat("-C", "-t", "e2e", "-p", "0", "-o", "beginning", "-e", "-q")
@@ -507,6 +532,21 @@ def main():
                                                                     ("topic", "success")} <= done else None
     spans, done = wait("reconcile spans and counters at the stand-in collector", exported, 90)
     step(f"received {len(sink.spans)} spans ({sorted(spans)[:3]}...) and reconcile counters {sorted(done)}")
+
+    step("every broker exported its metrics over OTLP (spec.telemetry)")
+    def brokers_exported():
+        with sink.lock:
+            pods = {a.get("resource.k8s.pod.name") for n, a, v in sink.points
+                    if n == "oxbow.broker.requests" and v > 0 and a.get("resource.service.name") == "oxbow-broker"
+                    and a.get("resource.oxbow.cluster") == "events"}
+            leaders = {a.get("resource.k8s.pod.name") for n, a, v in sink.points
+                       if n == "oxbow.broker.partitions" and a.get("role") == "leader" and v > 0}
+            active = {a.get("resource.k8s.pod.name") for n, a, v in sink.points
+                      if n == "oxbow.controller.active" and v == 1}
+        want = {f"events-broker-{i}" for i in range(BROKERS)}
+        return (pods, leaders, active) if want <= pods and want <= leaders and active else None
+    pods, leaders, active = wait("broker metrics at the stand-in collector", brokers_exported, 60)
+    step(f"broker metrics from {sorted(pods)}; partition leaders on {sorted(leaders)}; active controller seen on {sorted(active)}")
 
     step("deleting the namespace (a Cluster and a Topic with its finalizer in it) leaves nothing stuck")
     kubectl("apply", "-f", "-", input=topic_yaml("stays", 1))

@@ -12,7 +12,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 class Sink:
     def __init__(self, host, port=4318):
         self.spans = []  # (service, span name)
-        self.points = []  # (metric name, {attribute: value}, value)
+        # (metric name, {attribute: value}, value); the resource's attributes are in the dict
+        # too, as "resource.<key>" (resource.service.name, resource.service.instance.id, ...).
+        self.points = []
         self.lock = threading.Lock()
         sink = self
 
@@ -62,12 +64,17 @@ class Sink:
     def _metrics(self, req):
         with self.lock:
             for rm in req.resource_metrics:
+                resource = {f"resource.{a.key}": a.value.string_value for a in rm.resource.attributes}
                 for sm in rm.scope_metrics:
                     for m in sm.metrics:
                         kind = m.WhichOneof("data")
                         for p in getattr(m, kind).data_points:
                             attrs = {a.key: a.value.string_value for a in p.attributes}
-                            value = p.as_int if kind == "sum" else getattr(p, "count", 0)
+                            attrs.update(resource)
+                            if kind in ("sum", "gauge"):
+                                value = p.as_int if p.WhichOneof("value") == "as_int" else p.as_double
+                            else:
+                                value = getattr(p, "count", 0)
                             self.points.append((m.name, attrs, value))
 
     def close(self):

@@ -183,6 +183,8 @@ pub struct Broker {
     pub groups: Arc<crate::coordinator::Coordinator>,
     /// The producer id block being handed out: next id, end (exclusive).
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
+    /// Request-path counters for the metrics.
+    pub stats: crate::telemetry::Stats,
 }
 
 /// `config` with `dynamic` broker keys over its explicit settings.
@@ -290,6 +292,7 @@ impl Broker {
             liveness,
             recovered_partitions: std::sync::atomic::AtomicUsize::new(0),
             producer_ids: tokio::sync::Mutex::new((0, 0)),
+            stats: crate::telemetry::Stats::default(),
         }))
     }
 

@@ -1075,7 +1075,8 @@ impl BrokerConfig {
             replica_lag_time_max_ms: req_int("replica.lag.time.max.ms")?,
             session_timeout_ms: req_int("broker.session.timeout.ms")? as u64,
             unclean_leader_election: bool_("unclean.leader.election.enable"),
-            rack: get("broker.rack"),
+            // Empty means none (a pod whose node has no zone label passes an empty value).
+            rack: get("broker.rack").filter(|r| !r.is_empty()),
             listeners,
             advertised_listeners,
             log_dirs,

@@ -61,6 +61,7 @@ pub async fn dispatch(
         return Err(ConnError::Refused(format!("unsupported version {v} of {api:?}")));
     }
     let (header, req) = decode_any(frame)?;
+    broker.stats.request(api);
     let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
     let span = tracing::debug_span!("request", api = ?api, version = v, correlation_id = peek.correlation_id, client_id = %client_id);
     let corr = peek.correlation_id;

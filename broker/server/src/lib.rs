@@ -34,6 +34,7 @@ pub mod replica;
 pub mod replication;
 pub mod startup;
 pub mod tasks;
+pub mod telemetry;
 pub mod topic_config;
 
 use std::future::Future;

@@ -138,6 +138,14 @@ fn main() -> ExitCode {
             }
         };
     }
+    // Metric export (OTLP/HTTP) starts before the runtime: its client blocks, on its own thread.
+    let exporter = match oxbow_server::telemetry::Exporter::from_env(config.node_id) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("oxbow-broker: configuration error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -145,6 +153,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let metrics = exporter.as_ref();
     let result = rt.block_on(async move {
         if !config.broker_role {
             let node = oxbow_server::ControllerNode::bind(config).await?;
@@ -152,11 +161,18 @@ fn main() -> ExitCode {
             return node.run(shutdown_signal()).await;
         }
         let server = oxbow_server::Server::bind(config).await?;
+        if let Some(e) = metrics {
+            e.observe(server.broker());
+        }
         let addr = server.local_addr()?;
         let adv = server.broker().advertised();
         tracing::info!(listen = %addr, advertised = %format!("{}:{}", adv.host, adv.port), cluster_id = %server.broker().cluster_id, node_id = server.broker().node_id(), health = ?server.health_addr(), "oxbow-broker started");
         server.run(shutdown_signal()).await
     });
+    drop(rt);
+    if let Some(e) = exporter {
+        e.shutdown();
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -62,9 +62,12 @@ pub async fn run(listener: TcpListener, broker: Arc<Broker>, shutdown: impl Futu
                     let (broker, limits, token) = (broker.clone(), limits.clone(), token.child_token());
                     let span = tracing::info_span!("conn", %peer);
                     conns.spawn(async move {
+                        broker.stats.connection_opened();
+                        let stats = broker.clone();
                         if let Err(e) = connection(stream, peer, broker, limits, token).await {
                             tracing::info!(reason = %e, "closing connection");
                         }
+                        stats.stats.connection_closed();
                         drop(permit);
                     }.instrument(span));
                 }

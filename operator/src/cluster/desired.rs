@@ -18,8 +18,8 @@ use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdate
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
     ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    ResourceRequirements, Service, ServicePort, ServiceSpec, TCPSocketAction, TopologySpreadConstraint, Volume,
+    VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -315,7 +315,7 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
         "advertised.listeners=PLAINTEXT://$(POD_NAME).{}.{ns}.svc.{}:{KAFKA_PORT}",
         names.headless, settings.cluster_domain
     );
-    let args = vec![
+    let mut args = vec![
         "--config".to_string(),
         "/etc/oxbow/server.properties".to_string(),
         "--override".to_string(),
@@ -323,10 +323,33 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
         "--override".to_string(),
         advertised,
     ];
-    let env = vec![
+    let mut env = vec![
         env_field("POD_NAME", "metadata.name"),
         env_field("NODE_ID", "metadata.labels['apps.kubernetes.io/pod-index']"),
     ];
+    if let Some(t) = &spec.telemetry {
+        let var = |name: &str, value: String| EnvVar { name: name.into(), value: Some(value), ..Default::default() };
+        env.push(var("OTEL_EXPORTER_OTLP_ENDPOINT", t.otlp_endpoint.clone()));
+        if let Some(s) = t.export_interval_seconds {
+            env.push(var("OTEL_METRIC_EXPORT_INTERVAL", (i64::from(s) * 1000).to_string()));
+        }
+        env.push(var(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            format!("k8s.namespace.name={ns},k8s.pod.name=$(POD_NAME),oxbow.cluster={name}"),
+        ));
+    }
+    // The rack is the pod's copy of its node's topology label (KEP-4742); empty without it.
+    let spread = spec.rack.as_ref().map(|r| {
+        env.push(env_field("BROKER_RACK", &format!("metadata.labels['{}']", r.topology_key)));
+        args.extend(["--override".to_string(), "broker.rack=$(BROKER_RACK)".to_string()]);
+        vec![TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: r.topology_key.clone(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            label_selector: Some(LabelSelector { match_labels: Some(selector_labels(&name)), ..Default::default() }),
+            ..Default::default()
+        }]
+    });
 
     let probe = |path: &str, failure_threshold: i32| Probe {
         http_get: Some(HTTPGetAction {
@@ -422,6 +445,7 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
                     tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
                     node_selector: (!overrides.node_selector.is_empty()).then_some(overrides.node_selector),
                     priority_class_name: overrides.priority_class_name,
+                    topology_spread_constraints: spread,
                     ..Default::default()
                 }),
             },

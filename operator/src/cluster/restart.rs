@@ -137,6 +137,8 @@ pub struct PodState {
     pub controller: bool,
     /// The active controller (quorum leader).
     pub active_controller: bool,
+    /// With `spec.rack`: the pod's topology label, the broker's rack (`None` without it).
+    pub rack: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -207,6 +209,7 @@ pub(crate) mod tests {
             up_to_date: true,
             controller: false,
             active_controller: false,
+            rack: None,
         }
     }
 

@@ -54,6 +54,11 @@ pub fn observe(cluster: &Cluster, sts: &StatefulSet, pods: &[Pod], quorum: Optio
                 up_to_date: pod.is_none() || (revision_current && hash == want_hash),
                 controller: is_voter(ordinal),
                 active_controller: leader == Some(ordinal),
+                rack: cluster
+                    .spec
+                    .rack
+                    .as_ref()
+                    .and_then(|r| pod.and_then(|p| p.labels().get(&r.topology_key)).filter(|v| !v.is_empty()).cloned()),
             }
         })
         .collect()
@@ -153,6 +158,7 @@ pub fn status(
                 .into(),
                 ready: p.ready,
                 up_to_date: p.up_to_date,
+                rack: p.rack.clone(),
             })
             .collect(),
         quorum: notes

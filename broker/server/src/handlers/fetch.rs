@@ -174,13 +174,15 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
         }
         let (out, total, any_error) = read_once(ctx, &wants, &topics, max_total, read_committed, follower);
         if total >= min_bytes || any_error || watchers.is_empty() || tokio::time::Instant::now() >= deadline {
+            ctx.broker.stats.fetched(total as u64);
             resp.responses = out;
             return resp;
         }
         let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
         if tokio::time::timeout_at(deadline, changed).await.is_err() {
             // Timed out: answer with what there is now (possibly data that arrived at the edge).
-            let (out, _, _) = read_once(ctx, &wants, &topics, max_total, read_committed, follower);
+            let (out, total, _) = read_once(ctx, &wants, &topics, max_total, read_committed, follower);
+            ctx.broker.stats.fetched(total as u64);
             resp.responses = out;
             return resp;
         }

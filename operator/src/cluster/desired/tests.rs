@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use kube::core::ObjectMeta;
 
 use super::*;
-use crate::crd::{Cluster, ClusterSpec, ControllerMode, ControllersSpec, PodOverrides, PullPolicy, StorageSpec};
+use crate::crd::{
+    Cluster, ClusterSpec, ControllerMode, ControllersSpec, PodOverrides, PullPolicy, RackSpec, StorageSpec,
+    TelemetrySpec,
+};
 
 fn settings() -> Settings {
     Settings { broker_image: "ghcr.io/oxbow/oxbow-broker:0.1.0".into(), cluster_domain: "cluster.local".into() }
@@ -77,6 +80,11 @@ fn cluster_with_every_override() {
             labels: BTreeMap::from([("team".to_string(), "data".to_string())]),
             annotations: BTreeMap::from([("example.com/owner".to_string(), "data".to_string())]),
             ..Default::default()
+        }),
+        rack: Some(RackSpec::default()),
+        telemetry: Some(TelemetrySpec {
+            otlp_endpoint: "http://otel-collector.monitoring:4318".into(),
+            export_interval_seconds: Some(15),
         }),
         ..Default::default()
     });
