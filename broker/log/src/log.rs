@@ -196,9 +196,11 @@ impl Log {
                 continue;
             }
             let next = bases.get(i + 1).copied();
-            // A segment is trusted if the shutdown was clean and it ends at or below the
-            // recovery point (every later segment starts there).
-            let trusted = opts.clean_shutdown && next.is_some_and(|n| n <= opts.recovery_point);
+            // A sealed segment that ends at or below the recovery point was fsynced (with its
+            // indexes, at sealing) before the point moved past it: trusted after any shutdown,
+            // as Kafka recovers only from the recovery point. Its indexes still pass the
+            // sanity check or are rebuilt.
+            let trusted = next.is_some_and(|n| n <= opts.recovery_point);
             match next {
                 Some(n) => {
                     let (seg, truncated) = SealedSegment::open(dir, base, n, trusted, s)?;

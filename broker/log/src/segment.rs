@@ -443,8 +443,8 @@ impl ActiveSegment {
 }
 
 impl SealedSegment {
-    /// Opens a segment that is not the last one. `trusted`: below the recovery point and closed
-    /// cleanly, so a sane index is used as is. Otherwise (or when an index fails its sanity
+    /// Opens a segment that is not the last one. `trusted`: it ends at or below the recovery
+    /// point (fsynced with its indexes), so a sane index is used as is. Otherwise (or when an index fails its sanity
     /// check) the segment is scanned; the scan's [`ScanResult::truncated`] tells the caller
     /// whether the log must be cut here.
     pub fn open(

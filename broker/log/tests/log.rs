@@ -263,6 +263,47 @@ fn torn_and_corrupt_tails_are_cut_and_intact_batches_kept() -> R {
 }
 
 #[test]
+fn after_a_crash_only_segments_past_the_recovery_point_are_rescanned() -> R {
+    let d = tempfile::tempdir()?;
+    let mut log = open(d.path(), small(), true, 0);
+    for i in 0..60 {
+        append(&mut log, 5, i, 100);
+    }
+    log.flush(0)?;
+    let recovery_point = log.recovery_point();
+    assert_eq!(recovery_point, 300);
+    for i in 60..70 {
+        append(&mut log, 5, i, 100);
+    }
+    let sealed_before =
+        std::fs::read_dir(d.path())?.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "log")).count() - 1;
+    drop(log); // a crash: no close, no checkpoint of the newer writes
+    let (log, report) = Log::open(
+        d.path(),
+        small(),
+        OpenOptions { clean_shutdown: false, recovery_point, log_start_offset: None, now_ms: 0 },
+    )?;
+    // Sealed segments that end at or below the recovery point are trusted (as Kafka does); the
+    // rest, the active one included, are scanned.
+    assert!(report.segments_recovered >= 1 && report.segments_recovered < report.segments, "{report:?}");
+    assert!(report.segments - report.segments_recovered <= sealed_before, "{report:?}");
+    assert!(report.truncated.is_empty(), "{report:?}");
+    assert_eq!(log.log_end_offset(), 350);
+    let all = read_all(&log, 0);
+    assert_eq!(all.len(), 350);
+    assert!(all.iter().enumerate().all(|(i, (o, _))| *o == i as i64));
+    // With no recovery point everything is scanned.
+    drop(log);
+    let (_, report) = Log::open(
+        d.path(),
+        small(),
+        OpenOptions { clean_shutdown: false, recovery_point: 0, log_start_offset: None, now_ms: 0 },
+    )?;
+    assert_eq!(report.segments_recovered, report.segments, "{report:?}");
+    Ok(())
+}
+
+#[test]
 fn damaged_index_is_rebuilt() -> R {
     let d = tempfile::tempdir()?;
     let mut log = open(d.path(), small(), true, 0);

@@ -633,6 +633,7 @@ impl Broker {
             }
         }
         let old = self.topics.read().clone();
+        let mut preopened = self.open_existing_logs(img, &old, &defaults);
         let mut next = Topics::default();
         for t in img.topics.values() {
             let existing = old.by_name.get(&t.name).filter(|e| e.meta.id == t.id);
@@ -658,7 +659,10 @@ impl Broker {
                 let part = if p.replicas.contains(&me) {
                     match have {
                         Some(x) => Some(x),
-                        None => match self.open_partition(&meta, p.partition, &log_config) {
+                        None => match preopened
+                            .remove(&(t.name.clone(), p.partition))
+                            .unwrap_or_else(|| self.open_partition(&meta, p.partition, &log_config))
+                        {
                             Ok(x) => Some(x),
                             Err(e) => {
                                 tracing::error!(topic = %t.name, partition = p.partition, error = %e, "cannot open partition log");
@@ -731,6 +735,63 @@ impl Broker {
                 let _ = std::fs::remove_dir_all(&path);
             }
         }
+    }
+
+    /// Opens, several at a time, the logs on disk from before of the partitions `img` gives
+    /// this broker that it has not opened yet (at startup: every one, each recovered if the
+    /// shutdown was not clean), with `num.recovery.threads.per.data.dir` threads per log dir,
+    /// as Kafka does. New partitions are left to [`Self::open_partition`] in order.
+    fn open_existing_logs(
+        &self,
+        img: &MetadataImage,
+        old: &Topics,
+        defaults: &BrokerConfig,
+    ) -> HashMap<(String, i32), Result<Arc<Partition>, ApiError>> {
+        let me = self.node_id();
+        let mut jobs = Vec::new();
+        {
+            let on_disk = self.on_disk.lock();
+            for t in img.topics.values() {
+                let existing = old.by_name.get(&t.name).filter(|e| e.meta.id == t.id);
+                let wanted: Vec<i32> = t
+                    .partitions
+                    .iter()
+                    .filter(|p| p.replicas.contains(&me))
+                    .filter(|p| existing.and_then(|e| e.partition(p.partition)).is_none())
+                    .filter(|p| on_disk.dirs.contains_key(&partition_dir_name(&t.name, p.partition)))
+                    .map(|p| p.partition)
+                    .collect();
+                if wanted.is_empty() {
+                    continue;
+                }
+                let meta = TopicMeta {
+                    name: t.name.clone(),
+                    id: t.id,
+                    partitions: t.partitions.len() as i32,
+                    configs: t.configs.clone(),
+                };
+                let log_config = topic_config::resolve(defaults, &meta.configs);
+                let meta = Arc::new(meta);
+                jobs.extend(wanted.into_iter().map(|p| (meta.clone(), p, log_config.clone())));
+            }
+        }
+        let threads = self.config.recovery_threads.min(jobs.len());
+        if threads <= 1 {
+            return HashMap::new();
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let opened = Mutex::new(HashMap::with_capacity(jobs.len()));
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    while let Some((meta, p, cfg)) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        let r = self.open_partition(meta, *p, cfg);
+                        opened.lock().insert((meta.name.clone(), *p), r);
+                    }
+                });
+            }
+        });
+        opened.into_inner()
     }
 
     fn partition_counts(&self) -> Vec<usize> {

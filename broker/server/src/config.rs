@@ -38,6 +38,9 @@ pub enum Kind {
     Names,
     /// A non-empty word of ASCII letters, digits, '-' and '_' (cluster.id).
     Word,
+    /// A label value (ASCII letters, digits, '-', '_', '.'), or empty for none (broker.rack:
+    /// a zone or region name).
+    Label,
 }
 
 impl Kind {
@@ -58,6 +61,7 @@ impl Kind {
             Kind::HostPorts => "a comma-separated list of host:port (e.g. 127.0.1.1:9093,127.0.1.2:9093)".into(),
             Kind::Names => "a comma-separated list of listener names".into(),
             Kind::Word => "a non-empty string of ASCII letters, digits, '-' and '_'".into(),
+            Kind::Label => "ASCII letters, digits, '-', '_' and '.', or empty for none".into(),
         }
     }
 
@@ -67,7 +71,7 @@ impl Kind {
             Kind::Bool => 1,
             Kind::Int { max, .. } if *max <= i64::from(i32::MAX) => 3,
             Kind::Int { .. } => 5,
-            Kind::Choice(_) | Kind::SocketAddr | Kind::Word => 2,
+            Kind::Choice(_) | Kind::SocketAddr | Kind::Word | Kind::Label => 2,
             Kind::Listeners | Kind::Paths | Kind::Voters | Kind::HostPorts | Kind::Names => 7,
             Kind::Ratio => 6,
         }
@@ -89,6 +93,7 @@ impl Kind {
                 !value.trim().is_empty()
                     && value.trim().bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
             }
+            Kind::Label => value.trim().bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')),
         }
     }
 }
@@ -196,8 +201,14 @@ pub const KEYS: &[KeyDef] = &[
     KeyDef {
         name: "broker.rack",
         default: None,
-        kind: Kind::Word,
-        doc: "This broker's rack (or zone): replicas of a partition are placed on different racks where possible.",
+        kind: Kind::Label,
+        doc: "This broker's rack (or zone): replicas of a partition are placed on different racks where possible. Empty means none (on Kubernetes, a pod whose node has no zone label).",
+    },
+    KeyDef {
+        name: "num.recovery.threads.per.data.dir",
+        default: Some("2"),
+        kind: Kind::Int { min: 1, max: 64 },
+        doc: "Threads that open (and after a crash, recover) partition logs at startup, per log dir (Kafka 4's default, 2).",
     },
     KeyDef {
         name: "listeners",
@@ -771,6 +782,8 @@ pub struct BrokerConfig {
     pub max_connections: usize,
     pub max_inflight_per_connection: usize,
     pub shutdown_timeout_ms: u64,
+    /// `num.recovery.threads.per.data.dir` times the number of log dirs.
+    pub recovery_threads: usize,
     /// `log.cleaner.enable`
     pub cleaner_enable: bool,
     /// `log.cleaner.backoff.ms`
@@ -963,6 +976,7 @@ impl BrokerConfig {
         }
         let log_dirs: Vec<PathBuf> =
             get("log.dirs").unwrap_or_default().split(',').map(|p| PathBuf::from(p.trim())).collect();
+        let recovery_threads = req_int("num.recovery.threads.per.data.dir")? as usize * log_dirs.len().max(1);
 
         let retention_ms = match (int("log.retention.ms"), int("log.retention.minutes"), int("log.retention.hours")) {
             (Some(ms), _, _) => ms,
@@ -1094,6 +1108,7 @@ impl BrokerConfig {
             max_connections: req_int("max.connections")? as usize,
             max_inflight_per_connection: req_int("oxbow.max.inflight.requests.per.connection")? as usize,
             shutdown_timeout_ms: req_int("oxbow.shutdown.timeout.ms")? as u64,
+            recovery_threads,
             cleaner_enable: bool_("log.cleaner.enable"),
             cleaner_backoff_ms: req_int("log.cleaner.backoff.ms")? as u64,
             groups,
