@@ -197,6 +197,11 @@ fn with_dynamic(config: &BrokerConfig, dynamic: &BTreeMap<String, String>) -> Re
     BrokerConfig::from_map(explicit)
 }
 
+/// What the broker keeps of a topic of the metadata image.
+fn topic_meta(t: &oxbow_meta::image::TopicImage) -> TopicMeta {
+    TopicMeta { name: t.name.clone(), id: t.id, partitions: t.partitions.len() as i32, configs: t.configs.clone() }
+}
+
 /// Kafka's topic name rules.
 pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
     let bad = |why: &str| {
@@ -646,12 +651,7 @@ impl Broker {
                 next.by_name.insert(t.name.clone(), e.clone());
                 continue;
             }
-            let meta = TopicMeta {
-                name: t.name.clone(),
-                id: t.id,
-                partitions: t.partitions.len() as i32,
-                configs: t.configs.clone(),
-            };
+            let meta = topic_meta(t);
             let log_config = topic_config::resolve(&defaults, &meta.configs);
             let mut local = Vec::with_capacity(t.partitions.len());
             for p in &t.partitions {
@@ -764,14 +764,8 @@ impl Broker {
                 if wanted.is_empty() {
                     continue;
                 }
-                let meta = TopicMeta {
-                    name: t.name.clone(),
-                    id: t.id,
-                    partitions: t.partitions.len() as i32,
-                    configs: t.configs.clone(),
-                };
+                let meta = Arc::new(topic_meta(t));
                 let log_config = topic_config::resolve(defaults, &meta.configs);
-                let meta = Arc::new(meta);
                 jobs.extend(wanted.into_iter().map(|p| (meta.clone(), p, log_config.clone())));
             }
         }
