@@ -106,7 +106,6 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
         None => None,
     };
     let mut notes = status::Notes { quorum: quorum.clone(), ..Default::default() };
-    let voter_ids: Vec<i32> = quorum.as_ref().map(|q| q.voters.iter().map(|(id, _)| *id).collect()).unwrap_or_default();
 
     // Decide and apply the owned objects: a running cluster keeps the initial voters it was
     // started with. A scale-down waits while the brokers that would go hold partitions or are
@@ -120,6 +119,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
             Some(a) => a.replicas_per_broker().await.ok(),
             None => None,
         };
+        let voter_ids: Vec<i32> = quorum.iter().flat_map(|q| q.voters.iter().map(|(id, _)| *id)).collect();
         let (replicas, blocked) = restart::scale_to(current, cluster.spec.replicas, held.as_ref(), &voter_ids);
         if let Some(spec) = stateful_set.spec.as_mut() {
             spec.replicas = Some(replicas);
@@ -139,7 +139,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let pods = pods_api.list(&ListParams::default().labels(&desired::selector_string(&name))).await?.items;
     let observed = status::observe(&cluster, &sts, &pods, quorum.as_ref());
-    let controllers = if voter_ids.is_empty() { cluster.spec.controller_count() } else { voter_ids.len() as i32 };
+    let controllers = cluster.spec.controller_count();
     // The replicated partitions, asked only while a restart is pending.
     let partitions = match admin.as_mut() {
         Some(a) if observed.iter().any(|p| !p.up_to_date) => a.replicated_partitions().await.ok(),
@@ -163,23 +163,23 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     if voter_plan != voters::VoterPlan::Settled {
         notes.voters = Some(voter_plan.to_string());
     }
-    if let voters::VoterPlan::Add(id) | voters::VoterPlan::Remove(id) = voter_plan {
-        tracing::info!(cluster = %name, plan = %voter_plan, "changing the metadata quorum");
-        let cluster_id = desired::cluster_id(&cluster);
-        let result = match (admin.as_mut(), &voter_plan) {
-            (Some(a), voters::VoterPlan::Add(_)) => {
-                let host = desired::broker_host(&cluster, &ctx.settings, id);
-                a.add_raft_voter(&cluster_id, id, &host, desired::CONTROLLER_PORT as u16).await
-            }
-            (Some(a), _) => a.remove_raft_voter(&cluster_id, id).await,
-            (None, _) => Ok(()),
-        };
+    // A plan other than Settled needs the quorum, so the brokers answered: `admin` is there.
+    let cluster_id = desired::cluster_id(&cluster);
+    let change = match (&voter_plan, admin.as_mut()) {
+        (voters::VoterPlan::Add(id), Some(a)) => {
+            let host = desired::broker_host(&cluster, &ctx.settings, *id);
+            let r = a.add_raft_voter(&cluster_id, *id, &host, desired::CONTROLLER_PORT as u16).await;
+            Some((*id, "VoterAdded", "added to", r))
+        }
+        (voters::VoterPlan::Remove(id), Some(a)) => {
+            Some((*id, "VoterRemoved", "removed from", a.remove_raft_voter(&cluster_id, *id).await))
+        }
+        _ => None,
+    };
+    if let Some((id, reason, verb, result)) = change {
+        tracing::info!(cluster = %name, plan = %voter_plan, ok = result.is_ok(), "changed the metadata quorum");
         match result {
             Ok(()) => {
-                let (reason, verb) = match voter_plan {
-                    voters::VoterPlan::Add(_) => ("VoterAdded", "added to"),
-                    _ => ("VoterRemoved", "removed from"),
-                };
                 let note = format!("broker {id} {verb} the metadata quorum's voters");
                 ctx.event(cluster.as_ref(), reason, "ChangeQuorum", note).await;
             }

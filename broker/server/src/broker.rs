@@ -143,6 +143,17 @@ struct Topics {
     by_id: HashMap<Uuid, String>,
 }
 
+impl Topics {
+    /// This broker's state of the topic `t` of a new image (same name and id), and whether it
+    /// stays as it is: nothing about the topic changed, nor the broker-wide defaults.
+    fn previous(&self, t: &oxbow_meta::image::TopicImage, defaults_changed: bool) -> (Option<&Arc<Topic>>, bool) {
+        let existing = self.by_name.get(&t.name).filter(|e| e.meta.id == t.id);
+        let unchanged =
+            existing.is_some_and(|e| e.states == t.partitions && e.meta.configs == t.configs && !defaults_changed);
+        (existing, unchanged)
+    }
+}
+
 /// Partition directories found at startup, opened (and recovered if needed) when the metadata
 /// image names them; the rest are removed once the image is known to be current.
 #[derive(Default)]
@@ -638,15 +649,11 @@ impl Broker {
             }
         }
         let old = self.topics.read().clone();
-        let mut preopened = self.open_existing_logs(img, &old, &defaults);
+        let mut preopened = self.open_existing_logs(img, &old, &defaults, defaults_changed);
         let mut next = Topics::default();
         for t in img.topics.values() {
-            let existing = old.by_name.get(&t.name).filter(|e| e.meta.id == t.id);
-            if let Some(e) = existing
-                && e.states == t.partitions
-                && e.meta.configs == t.configs
-                && !defaults_changed
-            {
+            let (existing, unchanged) = old.previous(t, defaults_changed);
+            if let (Some(e), true) = (existing, unchanged) {
                 next.by_id.insert(t.id, t.name.clone());
                 next.by_name.insert(t.name.clone(), e.clone());
                 continue;
@@ -740,19 +747,24 @@ impl Broker {
     /// Opens, several at a time, the logs on disk from before of the partitions `img` gives
     /// this broker that it has not opened yet (at startup: every one, each recovered if the
     /// shutdown was not clean), with `num.recovery.threads.per.data.dir` threads per log dir,
-    /// as Kafka does. New partitions are left to [`Self::open_partition`] in order.
+    /// as Kafka does. New partitions are left to [`Self::open_partition`] in order; topics that
+    /// stay as they are ([`Topics::previous`]) are not touched, as in [`Self::apply_image`].
     fn open_existing_logs(
         &self,
         img: &MetadataImage,
         old: &Topics,
         defaults: &BrokerConfig,
+        defaults_changed: bool,
     ) -> HashMap<(String, i32), Result<Arc<Partition>, ApiError>> {
         let me = self.node_id();
         let mut jobs = Vec::new();
         {
             let on_disk = self.on_disk.lock();
             for t in img.topics.values() {
-                let existing = old.by_name.get(&t.name).filter(|e| e.meta.id == t.id);
+                let (existing, unchanged) = old.previous(t, defaults_changed);
+                if unchanged {
+                    continue;
+                }
                 let wanted: Vec<i32> = t
                     .partitions
                     .iter()

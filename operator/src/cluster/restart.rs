@@ -24,10 +24,12 @@ use crate::kafka::{PartitionIsr, Quorum};
 pub const CAUGHT_UP_RECORDS: i64 = 100;
 
 /// Why restarting `pod` would leave the metadata quorum without a caught-up majority, or `None`
-/// if it would not. `controllers`: the number of voters configured. With one voter its restart
-/// is unavoidable (and brief); with more, the others must be known and caught up.
+/// if it would not. `controllers`: the number of voters configured, used while the quorum is
+/// unknown; once known, its own voters count (they change at runtime). With one voter its
+/// restart is unavoidable (and brief); with more, the others must be known and caught up.
 pub fn quorum_unsafe(pod: &PodState, controllers: i32, quorum: Option<&Quorum>) -> Option<String> {
-    if !pod.controller || controllers <= 1 {
+    let voters = quorum.map_or(controllers, |q| q.voters.len() as i32);
+    if !pod.controller || voters <= 1 {
         return None;
     }
     let Some(q) = quorum else {
@@ -339,6 +341,10 @@ pub(crate) mod tests {
         // A broker that is not a voter, or the only voter, is not held back by the quorum.
         assert_eq!(quorum_unsafe(&pod(4), 3, None), None);
         assert_eq!(quorum_unsafe(&c(0), 1, None), None);
+        // The quorum's own voters count once known: shrunk to one voter, its restart is not held
+        // back by the spec still saying 3 (or 3 being reached).
+        let one = Quorum { leader: Some(0), high_watermark: 1000, voters: vec![(0, 1000)] };
+        assert_eq!(quorum_unsafe(&c(0), 3, Some(&one)), None);
     }
 
     #[test]

@@ -100,7 +100,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
             let result = if fsync { tokio::task::block_in_place(append) } else { append() };
             match result {
                 Ok(r) => {
-                    b.stats.produced((r.last_offset + 1 - r.base_offset).max(0) as u64, records.len() as u64);
+                    b.stats.produced(r.records as u64, r.bytes as u64);
                     let mut pr = PartitionProduceResponse::default();
                     pr.index = pd.index;
                     pr.base_offset = r.base_offset;
