@@ -36,7 +36,8 @@ pub enum Command {
         /// Explicit replica lists per partition (CreateTopics' `assignments`), else placed here.
         assignments: Option<Vec<Vec<NodeId>>>,
         configs: Configs,
-        /// Keep this id (importing an existing topic); else a fresh one.
+        /// Give the topic this id (an imported topic keeps its own; a broker chooses one per
+        /// request, which makes a retry of a committed creation succeed); else a fresh one.
         #[serde(default)]
         topic_id: Option<Uuid>,
         validate_only: bool,
@@ -238,6 +239,13 @@ impl Controller {
                 topic_id,
                 validate_only,
             } => {
+                // The same name under the id this very request chose: an earlier attempt of it
+                // was committed (its answer lost to a leader change or a timeout), so this
+                // attempt succeeds with what that one created.
+                if let Some(t) = topic_id.and_then(|id| img.topic(name).filter(|t| t.id == id)) {
+                    let reply = Reply::TopicCreated { id: t.id, partitions: t.partitions.clone() };
+                    return Ok(Decision::new(Vec::new(), if *validate_only { Reply::Done } else { reply }));
+                }
                 let d = self.create_topic(
                     img,
                     name,
@@ -523,6 +531,20 @@ impl Controller {
     }
 }
 
+/// Whether `refusal` of a retried `cmd` only says that an earlier attempt of it took effect
+/// (committed, but its answer lost to a leader change or a timeout): the topic it deleted is
+/// gone, the partitions it added are there. The caller then answers success, as the first
+/// attempt would have. (A topic creation needs no such guess: it carries its own id.)
+pub fn done_before(img: &MetadataImage, cmd: &Command, refusal: &Refusal) -> bool {
+    match (cmd, refusal) {
+        (Command::DeleteTopic { name }, Refusal::UnknownTopic(_)) => img.topic(name).is_none(),
+        (Command::CreatePartitions { name, count, validate_only: false }, Refusal::InvalidPartitions(_)) => {
+            img.topic(name).is_some_and(|t| t.partitions.len() as i64 == i64::from(*count))
+        }
+        _ => false,
+    }
+}
+
 /// The same decision with the new topic's id replaced by `id`.
 fn with_topic_id(mut d: Decision, id: Uuid) -> Decision {
     for r in &mut d.records {
@@ -702,9 +724,21 @@ fn leads_any(img: &MetadataImage, node: NodeId) -> bool {
 }
 
 /// Topic ids are random, never the all-zero id, never one in use.
-fn fresh_topic_id(img: &MetadataImage) -> Uuid {
+/// A random topic id as Kafka makes them (`Uuid.randomUuid`): never the zero id or the
+/// metadata topic's (1), and never one whose base64 form starts with '-' (the first six bits
+/// 62), which command-line tools would take for an option.
+pub fn random_topic_id() -> Uuid {
     loop {
         let id = Uuid::new_v4();
+        if id.as_u128() > 1 && id.as_bytes()[0] >> 2 != 62 {
+            return id;
+        }
+    }
+}
+
+fn fresh_topic_id(img: &MetadataImage) -> Uuid {
+    loop {
+        let id = random_topic_id();
         if img.topic_by_id(id).is_none() {
             return id;
         }
@@ -908,6 +942,57 @@ mod tests {
         let rack = |id: NodeId| img.brokers[&id].rack.clone();
         for p in &img.topic("t").expect("t").partitions {
             assert_ne!(rack(p.replicas[0]), rack(p.replicas[1]), "both replicas on one rack: {p:?}");
+        }
+    }
+
+    #[test]
+    fn a_retried_command_that_took_effect_succeeds() {
+        let (mut c, mut img) = cluster(&[None, None]);
+        let id = random_topic_id();
+        let cmd = |topic_id| Command::CreateTopic {
+            name: "t".into(),
+            partitions: 2,
+            replication_factor: 2,
+            assignments: None,
+            configs: Configs::new(),
+            topic_id: Some(topic_id),
+            validate_only: false,
+        };
+        let first = c.decide(&img, &cmd(id), 0).expect("create");
+        commit(&mut img, &first);
+        // The same request again (its answer was lost): nothing more to write, the same topic.
+        let again = c.decide(&img, &cmd(id), 0).expect("retry");
+        assert!(again.records.is_empty());
+        assert_eq!(again.reply, first.reply);
+        // Another request for the name (another id) is refused as ever.
+        assert!(matches!(c.decide(&img, &cmd(random_topic_id()), 0), Err(Refusal::TopicAlreadyExists(_))));
+
+        // A deletion or growth whose refusal says it is done already, only then.
+        let grow = Command::CreatePartitions { name: "t".into(), count: 2, validate_only: false };
+        let refused = c.decide(&img, &grow, 0).expect_err("no growth");
+        assert!(done_before(&img, &grow, &refused));
+        let grow3 = Command::CreatePartitions { name: "t".into(), count: 3, validate_only: false };
+        let shrink = Command::CreatePartitions { name: "t".into(), count: 1, validate_only: false };
+        let refused = c.decide(&img, &shrink, 0).expect_err("no shrink");
+        assert!(!done_before(&img, &shrink, &refused));
+        assert!(c.decide(&img, &grow3, 0).is_ok());
+        let delete = Command::DeleteTopic { name: "t".into() };
+        let d = c.decide(&img, &delete, 0).expect("delete");
+        commit(&mut img, &d);
+        let refused = c.decide(&img, &delete, 0).expect_err("gone");
+        assert!(done_before(&img, &delete, &refused));
+        let other = Command::DeleteTopic { name: "never".into() };
+        assert!(done_before(&img, &other, &unknown_topic("never")));
+        assert!(!done_before(&img, &grow, &unknown_topic("t")));
+    }
+
+    #[test]
+    fn random_topic_ids_are_ones_kafka_would_make() {
+        for _ in 0..10_000 {
+            let id = random_topic_id();
+            assert!(id.as_u128() > 1);
+            // The base64 alphabet's 63rd letter is '-' in Kafka's URL-safe encoding.
+            assert_ne!(id.as_bytes()[0] >> 2, 62, "{id}");
         }
     }
 

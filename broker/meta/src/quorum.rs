@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use crate::controller::{Command, Controller, Refusal, Reply};
+use crate::controller::{Command, Controller, Refusal, Reply, done_before};
 use crate::image::MetadataImage;
 use crate::network::{NetworkFactory, channel, decode, encode};
 use crate::raft::{LogStore, Published, Raft, RecordBatch, StateMachine, TypeConfig, open_db};
@@ -379,8 +379,12 @@ impl Quorum {
             // A member knows from Raft; a controller outside the quorum (an observer waiting
             // to be added) hears of the leader as brokers do, from its fetch replies.
             Some(raft) if self.is_member() => raft.metrics().borrow().current_leader.map(|l| l as NodeId),
+            // Never this node itself: outside the membership it cannot lead, whatever a peer
+            // that had not heard of its removal yet said (a removed leader that took such a
+            // hint would follow the image from itself, and stop moving).
             _ => match self.inner.leader_hint.load(Ordering::Relaxed) {
                 NO_LEADER => None,
+                l if l == self.node_id() as u64 => None,
                 l => Some(l as NodeId),
             },
         }
@@ -465,6 +469,8 @@ impl Quorum {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut last;
         let mut tried = None;
+        // Set after the first failed attempt: it may have been committed all the same.
+        let mut retry = false;
         loop {
             let target = self.leader().filter(|l| Some(*l) != tried).or_else(|| self.any_voter(&tried));
             let result = match target {
@@ -472,12 +478,12 @@ impl Quorum {
                     // Bounded like a remote attempt: a node that restarts believing it still
                     // leads (its stored vote) must not hold the caller while it finds out.
                     let bound = self.attempt_timeout(&req, timeout).max(Duration::from_secs(5));
-                    match tokio::time::timeout(bound, self.run_local(&req)).await {
+                    match tokio::time::timeout(bound, self.run_local(&req, retry)).await {
                         Ok(r) => r,
                         Err(_) => Err(CommandError::Unavailable("this controller did not commit in time".into())),
                     }
                 }
-                Some(t) => self.run_remote(t, &req, timeout).await,
+                Some(t) => self.run_remote(t, &req, timeout, retry).await,
                 None => Err(CommandError::Unavailable("no controller is known".into())),
             };
             if let Err(e) = &result {
@@ -492,10 +498,12 @@ impl Quorum {
                         }
                     }
                     tried = target;
+                    retry = true;
                     last = CommandError::Unavailable("the active controller moved".into());
                 }
                 Err(CommandError::Unavailable(e)) => {
                     tried = target;
+                    retry = true;
                     last = CommandError::Unavailable(e);
                 }
                 other => return other,
@@ -521,14 +529,20 @@ impl Quorum {
         }
     }
 
-    async fn run_local(&self, req: &Routed) -> Result<RoutedReply, CommandError> {
+    async fn run_local(&self, req: &Routed, retry: bool) -> Result<RoutedReply, CommandError> {
         match req {
-            Routed::Command(c) => self.execute_local(c).await.map(|(v, r)| RoutedReply::Command(v, r)),
+            Routed::Command(c) => self.execute_local(c, retry).await.map(|(v, r)| RoutedReply::Command(v, r)),
             Routed::Admin(a) => self.admin_local(a).await.map(RoutedReply::Admin),
         }
     }
 
-    async fn run_remote(&self, node: NodeId, req: &Routed, timeout: Duration) -> Result<RoutedReply, CommandError> {
+    async fn run_remote(
+        &self,
+        node: NodeId,
+        req: &Routed,
+        timeout: Duration,
+        retry: bool,
+    ) -> Result<RoutedReply, CommandError> {
         let Some(mut client) = self.client(node) else {
             return Err(CommandError::Unavailable(format!("no address for controller {node}")));
         };
@@ -538,6 +552,9 @@ impl Quorum {
             Routed::Command(c) => {
                 let mut r = Request::new(encode(c));
                 r.set_timeout(attempt);
+                if retry {
+                    r.metadata_mut().insert(RETRY_HEADER, tonic::metadata::MetadataValue::from_static("1"));
+                }
                 let reply = client.command(r).await.map_err(|s| unavailable(&s.message()))?;
                 let (v, r) = decode::<CommandResult>(reply.get_ref()).map_err(|e| unavailable(&e))??;
                 Ok(RoutedReply::Command(v, r))
@@ -601,8 +618,11 @@ impl Quorum {
         }
     }
 
+    /// A controller to try, other than `not` (and other than this node, unless it is a member).
     fn any_voter(&self, not: &Option<NodeId>) -> Option<NodeId> {
-        let voters: Vec<NodeId> = self.inner.addrs.lock().keys().copied().filter(|v| Some(*v) != *not).collect();
+        let me = (!self.is_member()).then(|| self.node_id());
+        let voters: Vec<NodeId> =
+            self.inner.addrs.lock().keys().copied().filter(|v| Some(*v) != *not && Some(*v) != me).collect();
         if voters.is_empty() {
             return None;
         }
@@ -628,7 +648,10 @@ impl Quorum {
 
     /// Decides and writes `cmd` here, if this node is the active controller. One command at a
     /// time, each against the image with every record committed before it.
-    async fn execute_local(&self, cmd: &Command) -> CommandResult {
+    ///
+    /// `retry`: an earlier attempt of this command failed without an answer and may have been
+    /// committed; a refusal that only says so is answered as success (`done_before`).
+    async fn execute_local(&self, cmd: &Command, retry: bool) -> CommandResult {
         let Some(raft) = &self.inner.raft else { return Err(self.not_controller()) };
         if !leader_ready(raft).await {
             return Err(self.not_controller());
@@ -642,7 +665,14 @@ impl Quorum {
         }
         let mut controller = self.inner.controller.lock().await;
         let image = self.image();
-        let decision = controller.decide(&image, cmd, now_ms()).map_err(CommandError::Refused)?;
+        let decision = match controller.decide(&image, cmd, now_ms()) {
+            Ok(d) => d,
+            Err(r) if retry && done_before(&image, cmd, &r) => {
+                tracing::info!(command = ?cmd, "a retried command had taken effect already");
+                return Ok((image.version, Reply::Done));
+            }
+            Err(r) => return Err(CommandError::Refused(r)),
+        };
         if decision.records.is_empty() {
             return Ok((image.version, decision.reply));
         }
@@ -769,6 +799,9 @@ impl Quorum {
     }
 }
 
+/// gRPC metadata on a command that is a retry of an attempt that failed without an answer.
+const RETRY_HEADER: &str = "oxbow-retry";
+
 /// Whether this node leads and its state machine has applied an entry of its own term (the
 /// blank entry a new leader commits first), so its image holds everything committed before.
 /// Waits briefly for a new leader to get there. Cheap: no round trip to the quorum (a deposed
@@ -894,7 +927,8 @@ impl QuorumRpc for Service {
 
     async fn command(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         let cmd: Command = decode(req.get_ref()).map_err(bad_request)?;
-        let result = self.q.execute_local(&cmd).await;
+        let retry = req.metadata().contains_key(RETRY_HEADER);
+        let result = self.q.execute_local(&cmd, retry).await;
         Ok(Response::new(encode(&result)))
     }
 
@@ -912,5 +946,125 @@ impl QuorumRpc for Service {
     async fn quorum_admin(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         let a: QuorumAdmin = decode(req.get_ref()).map_err(bad_request)?;
         Ok(Response::new(encode(&self.q.admin_local(&a).await)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::Refusal;
+    use crate::records::Configs;
+    use uuid::Uuid;
+
+    /// Three controllers in this process, on loopback ports of their own.
+    async fn three(
+        dir: &std::path::Path,
+        tasks: &mut JoinSet<()>,
+        stop: &CancellationToken,
+    ) -> anyhow::Result<Vec<Quorum>> {
+        let mut listeners = BTreeMap::new();
+        for id in 1..=3 {
+            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+            listeners.insert(id as NodeId, l.local_addr()?);
+        }
+        let voters: BTreeMap<NodeId, String> = listeners.iter().map(|(id, a)| (*id, a.to_string())).collect();
+        let mut nodes = Vec::new();
+        for (id, addr) in &listeners {
+            let cfg = QuorumConfig {
+                node_id: *id,
+                voters: voters.clone(),
+                bootstrap: Vec::new(),
+                auto_join: false,
+                advertised: Some(addr.to_string()),
+                controller: true,
+                controller_listener: Some(*addr),
+                local_ip: None,
+                dir: dir.join(format!("node-{id}")),
+                session_timeout_ms: 60_000,
+                unclean_leader_election: false,
+                snapshot_bytes: 1 << 30,
+                election_timeout_ms: 1_000,
+            };
+            nodes.push(Quorum::start(cfg, tasks, stop.clone()).await?);
+        }
+        Ok(nodes)
+    }
+
+    async fn leader_of(nodes: &[Quorum]) -> anyhow::Result<NodeId> {
+        for _ in 0..300 {
+            if let Some(n) = nodes
+                .iter()
+                .find(|n| n.inner.raft.as_ref().is_some_and(|r| r.metrics().borrow().state == ServerState::Leader))
+            {
+                return Ok(n.node_id());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::bail!("no leader elected in 30 s")
+    }
+
+    /// A command whose first answer was lost and that is sent again: a creation finds the
+    /// topic its own id made, a deletion finds the topic gone, and both answer success; the
+    /// same refusal to a first attempt stays a refusal. Sent from a follower, so the retry mark
+    /// crosses the wire.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_retry_of_a_committed_command_succeeds() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let mut tasks = JoinSet::new();
+        let stop = CancellationToken::new();
+        let nodes = three(dir.path(), &mut tasks, &stop).await?;
+        let leader = leader_of(&nodes).await?;
+        let follower = nodes.iter().find(|n| n.node_id() != leader).ok_or_else(|| anyhow::anyhow!("no follower"))?;
+        let send = |cmd: Command, retry: bool| async move {
+            match follower.run_remote(leader, &Routed::Command(cmd), Duration::from_secs(10), retry).await {
+                Ok(RoutedReply::Command(_, reply)) => Ok(reply),
+                Ok(RoutedReply::Admin(_)) => Err(CommandError::Unavailable("mismatched reply".into())),
+                Err(e) => Err(e),
+            }
+        };
+        let reg =
+            Command::RegisterBroker { node_id: 1, incarnation_id: Uuid::new_v4(), listeners: Vec::new(), rack: None };
+        send(reg, false).await?;
+        let leader_node = nodes.iter().find(|n| n.node_id() == leader).ok_or_else(|| anyhow::anyhow!("no leader"))?;
+        let epoch =
+            leader_node.image().brokers.get(&1).map(|b| b.epoch).ok_or_else(|| anyhow::anyhow!("not registered"))?;
+        // The first heartbeat may come before the new leader can confirm its lead (as a
+        // broker's would, it tries again).
+        let mut beats = 0;
+        while let Err(e) = send(Command::Heartbeat { node_id: 1, epoch, shutting_down: false }, false).await {
+            beats += 1;
+            anyhow::ensure!(beats < 100, "heartbeat: {e}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        let create = Command::CreateTopic {
+            name: "t".into(),
+            partitions: 2,
+            replication_factor: 1,
+            assignments: None,
+            configs: Configs::new(),
+            topic_id: Some(crate::controller::random_topic_id()),
+            validate_only: false,
+        };
+        let first = send(create.clone(), false).await?;
+        let Reply::TopicCreated { id, .. } = &first else { anyhow::bail!("{first:?}") };
+        assert_eq!(send(create.clone(), true).await?, first);
+        // Not a retry of the same request (another id): refused as ever.
+        let mut other = create.clone();
+        if let Command::CreateTopic { topic_id, .. } = &mut other {
+            *topic_id = Some(crate::controller::random_topic_id());
+        }
+        assert!(matches!(send(other, true).await, Err(CommandError::Refused(Refusal::TopicAlreadyExists(_)))));
+
+        let delete = Command::DeleteTopic { name: "t".into() };
+        assert_eq!(send(delete.clone(), false).await?, Reply::Done);
+        assert!(matches!(send(delete.clone(), false).await, Err(CommandError::Refused(Refusal::UnknownTopic(_)))));
+        assert_eq!(send(delete, true).await?, Reply::Done);
+        let image = leader_node.image();
+        assert!(image.topic("t").is_none() && image.topic_by_id(*id).is_none());
+
+        stop.cancel();
+        while tasks.join_next().await.is_some() {}
+        Ok(())
     }
 }

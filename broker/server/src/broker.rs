@@ -537,7 +537,9 @@ impl Broker {
             replication_factor: rf,
             assignments,
             configs,
-            topic_id: None,
+            // Chosen here, once per request: if the quorum's answer is lost after the creation
+            // was committed (a leader change), the retry finds its own topic and succeeds.
+            topic_id: Some(oxbow_meta::controller::random_topic_id()),
             validate_only,
         };
         self.execute(cmd).await?;
