@@ -193,3 +193,67 @@ def test_rolling_restart_of_every_broker_keeps_replicas_in_sync_and_records(clus
         n.start()
         wait_until(lambda: full_isr(adm, "rolled", [1, 2, 3]), 60, f"broker {n.node_id} back in every ISR")
     assert sorted(consumed_values(cluster.nodes[1], "rolled", n=6)) == sorted(values)
+
+
+def checkpointed(node, file: str, topic: str, partition: int) -> int:
+    """A partition's offset in one of `node`'s checkpoint files (written at shutdown too)."""
+    lines = (node.data_dir / file).read_text().splitlines()
+    found = [int(l.rsplit(" ", 2)[2]) for l in lines[2:] if l.rsplit(" ", 2)[:2] == [topic, str(partition)]]
+    assert len(found) == 1, lines
+    return found[0]
+
+
+def test_deleted_records_stay_deleted_on_every_replica_and_a_replica_left_behind_restarts_at_the_log_start(cluster):
+    """DeleteRecords moves every replica's log start (followers take the leader's from their
+    fetches), so deleted records do not come back when a follower leads. A replica that was away
+    while the leader's log start passed its log end cannot fetch where it ends: it starts again at
+    the leader's log start and rejoins the ISR."""
+    adm = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    fut = adm.create_topics([NewTopic("trimmed", 1, 3, config={"min.insync.replicas": "2"})], operation_timeout=30)
+    fut["trimmed"].result(timeout=40)
+    wait_until(lambda: full_isr(adm, "trimmed", [1, 2, 3]), 30, "3 in-sync replicas")
+    p = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all", "enable.idempotence": True})
+
+    def produce(prefix: str, n: int) -> None:
+        for i in range(n):
+            p.produce("trimmed", value=f"{prefix}{i}".encode(), partition=0)
+        assert p.flush(30) == 0
+
+    def delete_before(offset: int) -> int:
+        res = adm.delete_records([TopicPartition("trimmed", 0, offset)], operation_timeout=30)
+        return next(iter(res.values())).result(timeout=40).low_watermark
+
+    produce("a", 100)
+    # (Consuming now also creates __consumer_offsets while the metadata quorum is whole: at the
+    # end two of the three nodes, controllers too, are stopped.)
+    assert [r.offset for r in consume_all(cluster.nodes[0], "trimmed", [0])[0]] == list(range(100))
+    assert delete_before(40) == 40
+    leader = partitions(adm, "trimmed")[0][0]
+    away, other = [n for n in cluster.nodes if n.node_id != leader]
+    away.stop()
+    wait_until(lambda: partitions(adm, "trimmed")[0][2] == sorted([leader, other.node_id]), 30,
+               f"broker {away.node_id} out of the ISR")
+    produce("b", 100)
+    assert delete_before(150) == 150
+    produce("c", 10)  # acknowledged by the follower in the ISR: it fetched after the deletion
+    away.start()
+    wait_until(lambda: full_isr(adm, "trimmed", [1, 2, 3]), 60, f"broker {away.node_id} back in the ISR")
+
+    # The replica that was away leads (the others stop: controlled shutdown hands it the
+    # partition): the deleted records stay deleted, the rest is there.
+    other.stop()
+    cluster.node(leader).stop()
+    wait_until(lambda: partitions(AdminClient({"bootstrap.servers": away.bootstrap}), "trimmed")[0][0] == away.node_id,
+               30, f"broker {away.node_id} leads")
+    got = consume_all(away, "trimmed", [0])[0]
+    assert [r.offset for r in got] == list(range(150, 210))
+    assert [r.value.decode() for r in got] == [f"b{i}" for i in range(50, 100)] + [f"c{i}" for i in range(10)]
+    away.stop()
+    # Every replica kept the log start (the one that stayed in sync took it from its fetches)
+    # and checkpointed the high watermark it restarts from: the last leader all of it; a
+    # follower learns the leader's from its next fetch, so one stopped right after the "c"
+    # records may hold the one before them.
+    assert {n.node_id: checkpointed(n, "log-start-offset-checkpoint", "trimmed", 0) for n in cluster.nodes} == \
+        {1: 150, 2: 150, 3: 150}
+    hws = {n.node_id: checkpointed(n, "replication-offset-checkpoint", "trimmed", 0) for n in cluster.nodes}
+    assert hws[away.node_id] == 210 and all(h in (200, 210) for h in hws.values()), hws

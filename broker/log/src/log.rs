@@ -35,6 +35,9 @@ pub struct OpenOptions {
     pub recovery_point: i64,
     /// Checkpointed log start offset (after DeleteRecords or retention), if any.
     pub log_start_offset: Option<i64>,
+    /// Checkpointed high watermark (Kafka's `replication-offset-checkpoint`), if any; without
+    /// one the log end is taken.
+    pub high_watermark: Option<i64>,
     pub now_ms: i64,
 }
 
@@ -254,7 +257,10 @@ impl Log {
             sealed,
             active,
             log_start_offset,
-            high_watermark: leo,
+            // A replica comes back knowing only what was committed when it last checkpointed:
+            // records past that may never have reached the ISR, and stay invisible until the
+            // leader's high watermark (or, leading, its ISR) passes them.
+            high_watermark: opts.high_watermark.map_or(leo, |hw| hw.clamp(log_start_offset, leo)),
             // After a crash, recovered data is not known to be on disk until the flusher syncs it.
             recovery_point: if opts.clean_shutdown { leo } else { opts.recovery_point.min(leo) },
             producers: ProducerState::default(),
@@ -318,7 +324,18 @@ impl Log {
     /// Appends batches a follower fetched from its leader: offsets and leader epochs stay as the
     /// leader wrote them; the first batch must start at the log end. An incomplete batch at the
     /// end of `records` (a fetch cut at its byte limit) is left for the next fetch.
+    ///
+    /// A first batch that straddles this log's start (the leader's log start, which this
+    /// replica took, falls inside a batch, and the leader sends whole batches) empties the log
+    /// and starts it at the batch, as Kafka's follower does on `UnexpectedAppendOffsetException`;
+    /// the caller then moves the log start back up to the leader's.
     pub fn append_as_follower(&mut self, records: &[u8], now_ms: i64) -> Result<AppendResult> {
+        if let Some(h) = BatchHeader::parse(records)
+            && h.base_offset < self.log_start_offset
+            && h.last_offset() >= self.log_start_offset
+        {
+            self.truncate_fully_and_start_at(h.base_offset, now_ms)?;
+        }
         let leo = self.log_end_offset();
         let mut placed: Vec<(Range<usize>, BatchHeader)> = Vec::new();
         let mut it = BatchIter::new(records).verify_crc();
@@ -436,6 +453,36 @@ impl Log {
         self.producers = ProducerState::default();
         self.load_producer_state(false)?;
         Ok(leo)
+    }
+
+    /// Drops every segment and starts the log empty at `offset`, as Kafka's
+    /// `truncateFullyAndStartAt`: for a follower whose whole log lies below the leader's log
+    /// start (it was away while the leader's retention or DeleteRecords passed its end), or
+    /// whose start falls inside the leader's next batch. Epochs and producer state go too; the
+    /// new segment's name carries the new start across a crash.
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64, now_ms: i64) -> Result<()> {
+        let leo = self.log_end_offset();
+        for (_, s) in std::mem::take(&mut self.sealed) {
+            s.delete();
+        }
+        if offset == self.active.core.base_offset {
+            self.active.truncate_to(offset)?;
+        } else {
+            let fresh = ActiveSegment::create(&self.dir, offset, settings(&self.config), now_ms)?;
+            std::mem::replace(&mut self.active, fresh).delete();
+        }
+        for o in list_offsets(&self.dir, "snapshot")? {
+            let _ = std::fs::remove_file(snapshot_path(&self.dir, o));
+        }
+        self.epochs.truncate_from(i64::MIN, &self.dir)?;
+        self.producers = ProducerState::default();
+        self.log_start_offset = offset;
+        self.high_watermark = offset;
+        self.recovery_point = offset;
+        self.cleaner_offset = self.cleaner_offset.min(offset);
+        self.unflushed_messages = 0;
+        tracing::info!(dir = %self.dir.display(), from = leo, to = offset, "log emptied: it ended below the leader's log start");
+        Ok(())
     }
 
     /// Loads the newest usable snapshot at or below the log end and replays the batches after

@@ -14,13 +14,14 @@ fn batch(n: i64, ts0: i64, payload: usize) -> Vec<u8> {
     oxbow_log::testing::batch(n, ts0, payload, Compression::None, None).to_vec()
 }
 
+/// How a log is opened: after a clean shutdown or a crash, with no checkpoint but the
+/// recovery point.
+fn opts(clean: bool, recovery_point: i64) -> OpenOptions {
+    OpenOptions { clean_shutdown: clean, recovery_point, log_start_offset: None, high_watermark: None, now_ms: 0 }
+}
+
 fn open(dir: &Path, config: LogConfig, clean: bool, recovery_point: i64) -> Log {
-    let (log, _) = Log::open(
-        dir,
-        config,
-        OpenOptions { clean_shutdown: clean, recovery_point, log_start_offset: None, now_ms: 0 },
-    )
-    .expect("open");
+    let (log, _) = Log::open(dir, config, opts(clean, recovery_point)).expect("open");
     log
 }
 
@@ -244,11 +245,7 @@ fn torn_and_corrupt_tails_are_cut_and_intact_batches_kept() -> R {
         };
         std::fs::write(&last, &bytes)?;
         let base: i64 = last.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse().ok()).expect("base");
-        let (log, report) = Log::open(
-            d.path(),
-            small(),
-            OpenOptions { clean_shutdown: false, recovery_point: 0, log_start_offset: None, now_ms: 0 },
-        )?;
+        let (log, report) = Log::open(d.path(), small(), opts(false, 0))?;
         assert_eq!(report.truncated.len(), 1, "{damage}: {report:?}");
         let expected_end = base + 5 * intact_in_last as i64;
         assert_eq!(log.log_end_offset(), expected_end, "{damage}");
@@ -278,11 +275,7 @@ fn after_a_crash_only_segments_past_the_recovery_point_are_rescanned() -> R {
     let sealed_before =
         std::fs::read_dir(d.path())?.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "log")).count() - 1;
     drop(log); // a crash: no close, no checkpoint of the newer writes
-    let (log, report) = Log::open(
-        d.path(),
-        small(),
-        OpenOptions { clean_shutdown: false, recovery_point, log_start_offset: None, now_ms: 0 },
-    )?;
+    let (log, report) = Log::open(d.path(), small(), opts(false, recovery_point))?;
     // Sealed segments that end at or below the recovery point are trusted (as Kafka does); the
     // rest, the active one included, are scanned.
     assert!(report.segments_recovered >= 1 && report.segments_recovered < report.segments, "{report:?}");
@@ -294,11 +287,7 @@ fn after_a_crash_only_segments_past_the_recovery_point_are_rescanned() -> R {
     assert!(all.iter().enumerate().all(|(i, (o, _))| *o == i as i64));
     // With no recovery point everything is scanned.
     drop(log);
-    let (_, report) = Log::open(
-        d.path(),
-        small(),
-        OpenOptions { clean_shutdown: false, recovery_point: 0, log_start_offset: None, now_ms: 0 },
-    )?;
+    let (_, report) = Log::open(d.path(), small(), opts(false, 0))?;
     assert_eq!(report.segments_recovered, report.segments, "{report:?}");
     Ok(())
 }
@@ -510,6 +499,17 @@ fn raw_from(log: &Log, from: i64) -> Vec<u8> {
     }
 }
 
+/// A leader and a follower (small segments) that both hold offsets 0..30 of epoch 0.
+fn leader_and_follower(ld: &Path, fd: &Path) -> Result<(Log, Log), Box<dyn std::error::Error>> {
+    let mut leader = open(ld, small(), true, 0);
+    let mut follower = open(fd, small(), true, 0);
+    for i in 0..3 {
+        append_epoch(&mut leader, 10, 1_000 + i, 0);
+    }
+    follower.append_as_follower(&raw_from(&leader, 0), 2_000)?;
+    Ok((leader, follower))
+}
+
 fn append_epoch(log: &mut Log, n: i64, ts0: i64, epoch: i32) {
     let b = batch(n, ts0, 100);
     let v = validate_produce(&b, 1 << 20).expect("valid");
@@ -563,5 +563,72 @@ fn a_follower_copies_batches_diverges_and_truncates_to_its_leaders_epochs() -> R
     assert_eq!(follower.latest_epoch(), Some((5, 30)));
     assert_eq!(follower.truncate_to(30, 8_000)?, 30);
     assert_eq!(follower.latest_epoch(), Some((0, 0)));
+    Ok(())
+}
+
+#[test]
+fn a_follower_left_below_its_leaders_log_start_starts_again_there() -> R {
+    let (ld, fd) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let (mut leader, mut follower) = leader_and_follower(ld.path(), fd.path())?;
+    // The follower is away; the leader writes on and deletes everything before 60.
+    for i in 0..6 {
+        append_epoch(&mut leader, 10, 2_000 + i, 1);
+    }
+    leader.set_high_watermark(leader.log_end_offset());
+    leader.delete_records_before(60)?;
+    assert!(leader.read(30, 1 << 16, 90, true).is_err(), "the follower's fetch offset is out of range");
+    follower.truncate_fully_and_start_at(60, 3_000)?;
+    assert_eq!((follower.log_start_offset(), follower.log_end_offset(), follower.high_watermark()), (60, 60, 60));
+    assert_eq!(follower.latest_epoch(), None);
+    assert_eq!(follower.segment_base_offsets(), vec![60]);
+    follower.append_as_follower(&raw_from(&leader, 60), 3_000)?;
+    assert_eq!(follower.log_end_offset(), 90);
+    assert_eq!(follower.latest_epoch(), Some((1, 60)));
+    // The new start survives a crash without any checkpoint (the segment is named by it).
+    drop(follower);
+    let mut follower = open(fd.path(), small(), false, 0);
+    assert_eq!((follower.log_start_offset(), follower.log_end_offset()), (60, 90));
+    follower.set_high_watermark(90);
+    assert_eq!(read_all(&follower, 60), read_all(&leader, 60));
+
+    // The leader's start inside a batch (65, in 60..70): a follower at 65 gets the whole batch
+    // from 60 and starts there; its log start is then moved up as the leader's.
+    leader.delete_records_before(65)?;
+    follower.truncate_fully_and_start_at(65, 4_000)?;
+    assert_eq!(follower.segment_base_offsets(), vec![65]);
+    follower.append_as_follower(&raw_from(&leader, 65), 4_000)?;
+    assert_eq!((follower.log_start_offset(), follower.log_end_offset()), (60, 90));
+    follower.set_high_watermark(90);
+    follower.delete_records_before(65)?;
+    assert_eq!(read_all(&follower, 65), read_all(&leader, 65));
+    Ok(())
+}
+
+#[test]
+fn a_reopened_log_starts_at_its_checkpointed_high_watermark() -> R {
+    let d = tempfile::tempdir()?;
+    let mut log = open(d.path(), small(), true, 0);
+    append_epoch(&mut log, 10, 1_000, 0);
+    log.set_high_watermark(4);
+    log.close(2_000)?;
+    let reopen = |hw: Option<i64>| {
+        Log::open(
+            d.path(),
+            small(),
+            OpenOptions {
+                clean_shutdown: true,
+                recovery_point: 10,
+                log_start_offset: None,
+                high_watermark: hw,
+                now_ms: 0,
+            },
+        )
+        .map(|(l, _)| l.high_watermark())
+    };
+    // What was committed when it last checkpointed, never past the log end; without a
+    // checkpoint (data from before it existed) the log end.
+    assert_eq!(reopen(Some(4))?, 4);
+    assert_eq!(reopen(Some(99))?, 10);
+    assert_eq!(reopen(None)?, 10);
     Ok(())
 }

@@ -724,7 +724,13 @@ impl Quorum {
                         })
                         .collect();
                     tracing::warn!(brokers = ?fenced, "fencing brokers whose session expired");
-                    if let Err(e) = self.write(&raft, records).await {
+                    // A leader cut off from its quorum never commits this: shutting down must
+                    // not wait for it.
+                    let written = tokio::select! {
+                        _ = stop.cancelled() => break,
+                        r = self.write(&raft, records) => r,
+                    };
+                    if let Err(e) = written {
                         tracing::warn!(error = %e, "could not fence brokers");
                     }
                 }

@@ -28,6 +28,7 @@ use tokio::sync::watch;
 pub const CLEAN_SHUTDOWN_MARKER: &str = ".oxbow_cleanshutdown";
 const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
 const LOG_START_CHECKPOINT: &str = "log-start-offset-checkpoint";
+const HIGH_WATERMARK_CHECKPOINT: &str = "replication-offset-checkpoint";
 
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
@@ -162,6 +163,7 @@ struct OnDisk {
     clean: Vec<bool>,
     recovery: HashMap<(String, i32), i64>,
     starts: HashMap<(String, i32), i64>,
+    high_watermarks: HashMap<(String, i32), i64>,
     strays_checked: bool,
     /// Keep strays while older metadata is being imported.
     hold: bool,
@@ -180,6 +182,8 @@ pub struct Broker {
     advertised: RwLock<Listener>,
     topics: RwLock<Topics>,
     on_disk: Mutex<OnDisk>,
+    /// Held while checkpoint files are written: the periodic writers and shutdown share files.
+    checkpointing: Mutex<()>,
     /// The image the local state reflects, and its version for waiters.
     image: RwLock<Arc<MetadataImage>>,
     applied: watch::Sender<u64>,
@@ -255,18 +259,16 @@ impl Broker {
         let mut on_disk = OnDisk::default();
         for d in &dirs {
             on_disk.clean.push(d.join(CLEAN_SHUTDOWN_MARKER).exists());
-            let rp = read_offsets(&d.join(RECOVERY_POINT_CHECKPOINT)).map_err(|e| StartupError::Log {
-                topic: "(checkpoint)".into(),
-                partition: -1,
-                source: e,
-            })?;
-            on_disk.recovery.extend(rp);
-            let ls = read_offsets(&d.join(LOG_START_CHECKPOINT)).map_err(|e| StartupError::Log {
-                topic: "(checkpoint)".into(),
-                partition: -1,
-                source: e,
-            })?;
-            on_disk.starts.extend(ls);
+            let read = |name: &str| {
+                read_offsets(&d.join(name)).map_err(|e| StartupError::Log {
+                    topic: "(checkpoint)".into(),
+                    partition: -1,
+                    source: e,
+                })
+            };
+            on_disk.recovery.extend(read(RECOVERY_POINT_CHECKPOINT)?);
+            on_disk.starts.extend(read(LOG_START_CHECKPOINT)?);
+            on_disk.high_watermarks.extend(read(HIGH_WATERMARK_CHECKPOINT)?);
         }
         for (i, d) in dirs.iter().enumerate() {
             for entry in std::fs::read_dir(d).map_err(|e| StartupError::Io { path: d.clone(), source: e })?.flatten() {
@@ -300,6 +302,7 @@ impl Broker {
             advertised: RwLock::new(advertised),
             topics: RwLock::new(Topics::default()),
             on_disk: Mutex::new(on_disk),
+            checkpointing: Mutex::new(()),
             image: RwLock::new(Arc::new(MetadataImage::default())),
             applied,
             apply_lock: Mutex::new(()),
@@ -825,6 +828,7 @@ impl Broker {
                     clean_shutdown: d.clean[root],
                     recovery_point: d.recovery.get(&key).copied().unwrap_or(0),
                     log_start_offset: d.starts.get(&key).copied(),
+                    high_watermark: d.high_watermarks.get(&key).copied(),
                     now_ms: now_ms(),
                 };
                 (root, opts, false)
@@ -835,8 +839,13 @@ impl Broker {
                     let _ = std::fs::remove_dir_all(self.config.log_dirs[root].join(&dir_name));
                 }
                 let root = least_loaded(&self.partition_counts());
-                let opts =
-                    OpenOptions { clean_shutdown: true, recovery_point: 0, log_start_offset: None, now_ms: now_ms() };
+                let opts = OpenOptions {
+                    clean_shutdown: true,
+                    recovery_point: 0,
+                    log_start_offset: None,
+                    high_watermark: None,
+                    now_ms: now_ms(),
+                };
                 (root, opts, true)
             }
         };
@@ -854,15 +863,34 @@ impl Broker {
         Ok(Arc::new(Partition::new(name, p, root, self.node_id(), log, ReplicaState::single(-1, -1))))
     }
 
-    /// Writes the recovery point and log start offset checkpoints of every log dir.
+    /// Writes the recovery point, log start offset and high watermark checkpoints of every log
+    /// dir.
     pub fn write_checkpoints(&self) {
         let mut cp = Checkpoints::new(self.config.log_dirs.len());
         for p in self.all_partitions() {
-            if let Ok((r, s)) = p.with_log(|l| (l.recovery_point(), l.log_start_offset())) {
-                cp.add(&p, r, s);
+            if let Ok((r, s, h)) = p.with_log(|l| (l.recovery_point(), l.log_start_offset(), l.high_watermark())) {
+                cp.add(&p, r, s, h);
             }
         }
+        let _writing = self.checkpointing.lock();
         cp.write(&self.config.log_dirs);
+    }
+
+    /// Writes the high watermark checkpoint of every log dir (more often than the others:
+    /// `replica.high.watermark.checkpoint.interval.ms`).
+    pub fn write_high_watermarks(&self) {
+        let mut per_dir = vec![Vec::new(); self.config.log_dirs.len()];
+        for p in self.all_partitions() {
+            if let Ok(h) = p.with_log(|l| l.high_watermark()) {
+                per_dir[p.root].push((p.topic.to_string(), p.index, h));
+            }
+        }
+        let _writing = self.checkpointing.lock();
+        for (d, entries) in self.config.log_dirs.iter().zip(&per_dir) {
+            if let Err(e) = write_offsets(&d.join(HIGH_WATERMARK_CHECKPOINT), entries) {
+                tracing::error!(file = HIGH_WATERMARK_CHECKPOINT, error = %e, "cannot write checkpoint");
+            }
+        }
     }
 
     /// Clean shutdown of storage: close every log (flush, trim indexes, snapshot producers),
@@ -874,9 +902,9 @@ impl Broker {
         let now = now_ms();
         for p in self.all_partitions() {
             let Some(log) = p.take_log() else { continue };
-            let start = log.log_start_offset();
+            let (start, hw) = (log.log_start_offset(), log.high_watermark());
             match log.close(now) {
-                Ok(r) => cp.add(&p, r, start),
+                Ok(r) => cp.add(&p, r, start, hw),
                 Err(e) => {
                     tracing::error!(topic = %p.topic, partition = p.index, error = %e, "could not close log cleanly");
                     ok[p.root] = false;
@@ -895,12 +923,16 @@ impl Broker {
                         cp.recovery[*root].push((key.0.clone(), key.1, *r));
                         cp.start[*root].push((key.0.clone(), key.1, *s));
                     }
+                    if let Some(h) = d.high_watermarks.get(&key) {
+                        cp.high_watermark[*root].push((key.0.clone(), key.1, *h));
+                    }
                     if !d.clean[*root] {
                         ok[*root] = false;
                     }
                 }
             }
         }
+        let _writing = self.checkpointing.lock();
         for ((d, written), closed) in dirs.iter().zip(cp.write(dirs)).zip(ok) {
             if closed
                 && written
@@ -920,30 +952,34 @@ fn stored_topic_id(dir: &Path) -> Option<Uuid> {
     crate::handlers::util::parse_kafka_uuid(id)
 }
 
-/// Recovery points and log start offsets gathered per log dir.
+/// Recovery points, log start offsets and high watermarks gathered per log dir.
 struct Checkpoints {
     recovery: Vec<Vec<(String, i32, i64)>>,
     start: Vec<Vec<(String, i32, i64)>>,
+    high_watermark: Vec<Vec<(String, i32, i64)>>,
 }
 
 impl Checkpoints {
     fn new(dirs: usize) -> Self {
-        Self { recovery: vec![Vec::new(); dirs], start: vec![Vec::new(); dirs] }
+        Self { recovery: vec![Vec::new(); dirs], start: vec![Vec::new(); dirs], high_watermark: vec![Vec::new(); dirs] }
     }
 
-    fn add(&mut self, p: &Partition, recovery_point: i64, log_start: i64) {
+    fn add(&mut self, p: &Partition, recovery_point: i64, log_start: i64, high_watermark: i64) {
         self.recovery[p.root].push((p.topic.to_string(), p.index, recovery_point));
         self.start[p.root].push((p.topic.to_string(), p.index, log_start));
+        self.high_watermark[p.root].push((p.topic.to_string(), p.index, high_watermark));
     }
 
-    /// Writes both checkpoint files of every dir; returns, per dir, whether both were written.
+    /// Writes the checkpoint files of every dir; returns, per dir, whether all were written.
     fn write(&self, dirs: &[PathBuf]) -> Vec<bool> {
         let mut out = Vec::with_capacity(dirs.len());
         for (i, d) in dirs.iter().enumerate() {
             let mut ok = true;
-            for (name, entries) in
-                [(RECOVERY_POINT_CHECKPOINT, &self.recovery[i]), (LOG_START_CHECKPOINT, &self.start[i])]
-            {
+            for (name, entries) in [
+                (RECOVERY_POINT_CHECKPOINT, &self.recovery[i]),
+                (LOG_START_CHECKPOINT, &self.start[i]),
+                (HIGH_WATERMARK_CHECKPOINT, &self.high_watermark[i]),
+            ] {
                 if let Err(e) = write_offsets(&d.join(name), entries) {
                     tracing::error!(file = name, error = %e, "cannot write checkpoint");
                     ok = false;

@@ -187,6 +187,12 @@ pub const KEYS: &[KeyDef] = &[
         doc: "A follower that has not fetched up to its leader's log end for this long leaves the ISR.",
     },
     KeyDef {
+        name: "replica.high.watermark.checkpoint.interval.ms",
+        default: Some("5000"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "How often every partition's high watermark is written to `replication-offset-checkpoint` in each log dir (and at shutdown). A restarted replica shows consumers no more than that until its leader, or as leader its ISR, confirms more.",
+    },
+    KeyDef {
         name: "broker.heartbeat.interval.ms",
         default: Some("2000"),
         kind: Kind::Int { min: 1, max: I32 },
@@ -329,7 +335,7 @@ pub const KEYS: &[KeyDef] = &[
         name: "log.flush.offset.checkpoint.interval.ms",
         default: Some("60000"),
         kind: Kind::Int { min: 1, max: I32 },
-        doc: "How often recovery points and log start offsets are checkpointed.",
+        doc: "How often recovery points, log start offsets and high watermarks are checkpointed.",
     },
     KeyDef {
         name: "log.cleanup.policy",
@@ -773,6 +779,8 @@ pub struct BrokerConfig {
     pub retention_check_interval_ms: u64,
     pub flush_scheduler_interval_ms: u64,
     pub flush_checkpoint_interval_ms: u64,
+    /// `replica.high.watermark.checkpoint.interval.ms`
+    pub hw_checkpoint_interval_ms: u64,
     pub min_insync_replicas: i32,
     pub socket_request_max_bytes: usize,
     pub queued_max_requests: usize,
@@ -1101,6 +1109,7 @@ impl BrokerConfig {
             retention_check_interval_ms: req_int("log.retention.check.interval.ms")? as u64,
             flush_scheduler_interval_ms: req_int("log.flush.scheduler.interval.ms")? as u64,
             flush_checkpoint_interval_ms: req_int("log.flush.offset.checkpoint.interval.ms")? as u64,
+            hw_checkpoint_interval_ms: req_int("replica.high.watermark.checkpoint.interval.ms")? as u64,
             min_insync_replicas: req_int("min.insync.replicas")? as i32,
             socket_request_max_bytes: req_int("socket.request.max.bytes")? as usize,
             queued_max_requests: req_int("queued.max.requests")? as usize,

@@ -216,15 +216,50 @@ impl Partition {
 
     /// Follower: appends what the leader sent and takes its high watermark (never past the
     /// local log end). Returns the new log end.
-    pub fn append_replicated(&self, records: &[u8], leader_hw: i64, now_ms: i64) -> Result<i64, ApiError> {
+    ///
+    /// The leader's log start offset moves this one's too (DeleteRecords, retention), up to
+    /// this replica's high watermark, as Kafka's follower does: records deleted on the leader
+    /// do not come back when this replica leads.
+    pub fn append_replicated(
+        &self,
+        records: &[u8],
+        leader_hw: i64,
+        leader_log_start: i64,
+        now_ms: i64,
+    ) -> Result<i64, ApiError> {
         let (hw, leo) = self.with(|i| {
             i.log.append_as_follower(records, now_ms)?;
             let leo = i.log.log_end_offset();
             i.log.set_high_watermark(leader_hw.min(leo));
+            let start = leader_log_start.min(i.log.high_watermark());
+            if start > i.log.log_start_offset()
+                && let Err(e) = i.log.delete_records_before(start)
+            {
+                tracing::warn!(topic = %self.topic, partition = self.index, start, error = %e, "cannot move the log start to the leader's");
+            }
             Ok((i.log.high_watermark(), leo))
         })?;
         self.publish(hw, leo);
         Ok(leo)
+    }
+
+    /// Follower: the leader answered OFFSET_OUT_OF_RANGE and its log starts at
+    /// `leader_log_start`. If this log ends below that, it cannot catch up by fetching: it
+    /// starts again, empty, at the leader's log start (Kafka's follower does the same).
+    /// Returns whether it did.
+    pub fn restart_below_leader_start(&self, leader_log_start: i64, now_ms: i64) -> Result<bool, ApiError> {
+        let moved = self.with(|i| {
+            if i.log.log_end_offset() >= leader_log_start {
+                return Ok(None);
+            }
+            i.log.truncate_fully_and_start_at(leader_log_start, now_ms)?;
+            Ok(Some((i.log.high_watermark(), i.log.log_end_offset())))
+        })?;
+        if let Some((hw, leo)) = moved {
+            self.hw.send_replace(hw);
+            self.leo.send_replace(leo);
+        }
+        Ok(moved.is_some())
     }
 
     /// Follower: the log end and the newest leader epoch in the log.

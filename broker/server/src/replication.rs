@@ -329,13 +329,27 @@ async fn fetch_once(c: &mut Conn, me: i32, client: &str, list: &[Followed]) -> s
         for p in t.partitions {
             let Some(f) = index.get(&(topic.clone(), p.partition_index)) else { continue };
             if p.error_code != 0 {
-                wait = true;
                 let e = ResponseError::try_from_code(p.error_code);
+                // This log ends below the leader's start (away while retention or DeleteRecords
+                // passed it): start again there; fetching where it ends can never succeed.
+                if e == Some(ResponseError::OffsetOutOfRange) && p.log_start_offset >= 0 {
+                    match f.part.restart_below_leader_start(p.log_start_offset, now_ms()) {
+                        Ok(true) => {
+                            tracing::info!(topic = %topic, partition = p.partition_index, start = p.log_start_offset, "replica restarted at the leader's log start");
+                            continue;
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!(topic = %topic, partition = p.partition_index, error = %e, "cannot restart the replica at the leader's log start")
+                        }
+                    }
+                }
+                wait = true;
                 tracing::debug!(topic = %topic, partition = p.partition_index, error = ?e, "replica fetch error");
                 continue;
             }
             let records = p.records.unwrap_or_default();
-            if let Err(e) = f.part.append_replicated(&records, p.high_watermark, now_ms()) {
+            if let Err(e) = f.part.append_replicated(&records, p.high_watermark, p.log_start_offset, now_ms()) {
                 wait = true;
                 tracing::warn!(topic = %topic, partition = p.partition_index, error = %e, "cannot append replicated records");
             }

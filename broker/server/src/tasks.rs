@@ -104,8 +104,12 @@ pub fn cleaner_pass(broker: &Broker) {
 
 pub fn spawn_all(set: &mut JoinSet<()>, broker: Arc<Broker>, token: CancellationToken) {
     let c = &broker.config;
-    let (retention, flush, checkpoint) =
-        (c.retention_check_interval_ms, c.flush_scheduler_interval_ms, c.flush_checkpoint_interval_ms);
+    let (retention, flush, checkpoint, hw_checkpoint) = (
+        c.retention_check_interval_ms,
+        c.flush_scheduler_interval_ms,
+        c.flush_checkpoint_interval_ms,
+        c.hw_checkpoint_interval_ms,
+    );
     let b = broker.clone();
     set.spawn(every(retention, token.child_token(), move || {
         let b = b.clone();
@@ -130,9 +134,14 @@ pub fn spawn_all(set: &mut JoinSet<()>, broker: Arc<Broker>, token: Cancellation
         let b = b.clone();
         tokio::spawn(async move { crate::replication::shrink_isr_pass(&b) })
     }));
-    let b = broker;
+    let b = broker.clone();
     set.spawn(every(checkpoint, token.child_token(), move || {
         let b = b.clone();
         tokio::task::spawn_blocking(move || b.write_checkpoints())
+    }));
+    let b = broker;
+    set.spawn(every(hw_checkpoint, token.child_token(), move || {
+        let b = b.clone();
+        tokio::task::spawn_blocking(move || b.write_high_watermarks())
     }));
 }
