@@ -42,6 +42,9 @@ pub struct Partition {
     inner: Mutex<Option<Inner>>,
     hw: watch::Sender<i64>,
     leo: watch::Sender<i64>,
+    /// Leader: the smallest log start offset among the in-sync replicas (DeleteRecords waits
+    /// on it); -1 while a follower's is unknown.
+    low: watch::Sender<i64>,
 }
 
 /// An ISR change this partition's leader asks the controller for.
@@ -75,7 +78,16 @@ impl Partition {
     pub fn new(topic: Arc<str>, index: i32, root: usize, node: i32, log: Log, replica: ReplicaState) -> Self {
         let (hw, _) = watch::channel(log.high_watermark());
         let (leo, _) = watch::channel(log.log_end_offset());
-        Self { topic, index, root, node, inner: Mutex::new(Some(Inner { log, replica })), hw, leo }
+        let (low, _) = watch::channel(replica.low_watermark(log.log_start_offset()));
+        Self { topic, index, root, node, inner: Mutex::new(Some(Inner { log, replica })), hw, leo, low }
+    }
+
+    fn publish_low(&self, low: i64) {
+        self.low.send_if_modified(|cur| {
+            let changed = *cur != low;
+            *cur = low;
+            changed
+        });
     }
 
     fn publish(&self, hw: i64, leo: i64) {
@@ -166,19 +178,49 @@ impl Partition {
 
     /// Leader: a follower fetched at `offset`. Moves the high watermark; returns the ISR change
     /// to ask the controller for if the follower has caught up enough to join.
-    pub fn follower_fetched(&self, replica: i32, offset: i64, now_ms: i64) -> Result<Option<IsrChange>, ApiError> {
-        let (change, hw) = self.with(|i| {
+    /// `log_start`: the follower's own log start offset, as it reported it.
+    pub fn follower_fetched(
+        &self,
+        replica: i32,
+        offset: i64,
+        log_start: i64,
+        now_ms: i64,
+    ) -> Result<Option<IsrChange>, ApiError> {
+        let (change, hw, low) = self.with(|i| {
             let leo = i.log.log_end_offset();
             let hw = i.log.high_watermark();
             let epoch_start = match i.log.latest_epoch() {
                 Some((e, start)) if e == i.replica.leader_epoch => start,
                 _ => leo,
             };
-            let isr = i.replica.follower_fetched(replica, offset, leo, hw, epoch_start, now_ms);
-            Ok((isr.map(|isr| propose(&mut i.replica, isr)), self.advance_hw(i)))
+            let isr = i.replica.follower_fetched(replica, offset, log_start, leo, hw, epoch_start, now_ms);
+            let change = isr.map(|isr| propose(&mut i.replica, isr));
+            Ok((change, self.advance_hw(i), i.replica.low_watermark(i.log.log_start_offset())))
         })?;
         self.publish(hw.0, hw.1);
+        self.publish_low(low);
         Ok(change)
+    }
+
+    /// Leader: DeleteRecords. Moves the log start to `offset` (-1: the high watermark) and
+    /// returns it.
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64, ApiError> {
+        let (start, low) = self.with(|i| {
+            let target = if offset == -1 { i.log.high_watermark() } else { offset };
+            let start = i.log.delete_records_before(target)?;
+            Ok((start, i.replica.low_watermark(start)))
+        })?;
+        self.publish_low(low);
+        Ok(start)
+    }
+
+    /// Leader: waits up to `timeout` until every in-sync replica's log starts at `offset` or
+    /// later (DeleteRecords' low watermark, as Kafka's delayed DeleteRecords); returns whether it
+    /// did, and the low watermark.
+    pub async fn wait_low_watermark(&self, offset: i64, timeout: std::time::Duration) -> (bool, i64) {
+        let mut rx = self.low.subscribe();
+        let reached = matches!(tokio::time::timeout(timeout, rx.wait_for(|low| *low >= offset)).await, Ok(Ok(_)));
+        (reached, *rx.borrow())
     }
 
     /// Leader: the ISR without followers that have not caught up for `lag_ms`, if any is to go.
@@ -325,7 +367,7 @@ impl Partition {
     /// Takes the leader, leader epoch, replicas and ISR the metadata image gives (a smaller
     /// ISR may move the high watermark on the leader).
     pub fn set_replica(&self, next: ReplicaState, now_ms: i64) {
-        if let Ok((hw, leo)) = self.with(|i| {
+        if let Ok(((hw, leo), low)) = self.with(|i| {
             if next.leader == self.node
                 && (i.replica.leader != self.node || i.replica.leader_epoch != next.leader_epoch)
                 && let Err(e) = i.log.assign_epoch(next.leader_epoch)
@@ -333,9 +375,10 @@ impl Partition {
                 tracing::error!(topic = %self.topic, partition = self.index, error = %e, "cannot record the leader epoch");
             }
             i.replica.update(next, now_ms);
-            Ok(self.advance_hw(i))
+            Ok((self.advance_hw(i), i.replica.low_watermark(i.log.log_start_offset())))
         }) {
             self.publish(hw, leo);
+            self.publish_low(low);
         }
     }
 

@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 struct Follower {
     /// Log end offset as of its last fetch (-1: not heard from under this leadership).
     leo: i64,
+    /// Log start offset it reported with its last fetch (-1: not known).
+    log_start: i64,
     /// Last time it fetched from the leader's log end.
     caught_up_ms: i64,
 }
@@ -68,7 +70,7 @@ impl ReplicaState {
             .filter(|r| **r != next.leader)
             .map(|r| {
                 let kept = self.followers.get(r).copied().filter(|_| same);
-                (*r, kept.unwrap_or(Follower { leo: -1, caught_up_ms: now_ms }))
+                (*r, kept.unwrap_or(Follower { leo: -1, log_start: -1, caught_up_ms: now_ms }))
             })
             .collect();
         let pending = self.isr_change_pending && same && next.partition_epoch == self.partition_epoch;
@@ -92,10 +94,12 @@ impl ReplicaState {
     /// A follower fetched at `offset` while the leader's log ended at `leader_leo` and its
     /// high watermark was `hw`; `epoch_start` is where the current leader epoch begins.
     /// Returns the ISR to ask for if the follower should join it.
+    #[allow(clippy::too_many_arguments)]
     pub fn follower_fetched(
         &mut self,
         replica: i32,
         offset: i64,
+        log_start: i64,
         leader_leo: i64,
         hw: i64,
         epoch_start: i64,
@@ -103,6 +107,7 @@ impl ReplicaState {
     ) -> Option<Vec<i32>> {
         let f = self.followers.get_mut(&replica)?;
         f.leo = offset;
+        f.log_start = log_start;
         if offset >= leader_leo {
             f.caught_up_ms = now_ms;
         }
@@ -118,6 +123,23 @@ impl ReplicaState {
         isr.push(replica);
         isr.sort_unstable();
         Some(isr)
+    }
+
+    /// DeleteRecords' low watermark: the smallest log start offset among the in-sync replicas
+    /// (`leader_log_start` for this one); -1 while an in-sync follower has not reported its own
+    /// under this leadership. (Kafka takes every live replica; the ISR are the ones that can
+    /// lead without an unclean election, and a replica outside it takes the leader's log start
+    /// when it fetches again.)
+    pub fn low_watermark(&self, leader_log_start: i64) -> i64 {
+        self.isr
+            .iter()
+            .map(
+                |r| {
+                    if *r == self.leader { leader_log_start } else { self.followers.get(r).map_or(-1, |f| f.log_start) }
+                },
+            )
+            .min()
+            .unwrap_or(leader_log_start)
     }
 
     /// The ISR without followers that have not been caught up for `lag_ms`, if any is to go.
@@ -161,29 +183,45 @@ mod tests {
         assert!(!s.enough_in_sync(2));
         let mut s = three();
         assert_eq!(s.high_watermark(10), 0, "followers not heard from yet hold the HW");
-        assert_eq!(s.follower_fetched(2, 7, 10, 0, 0, 1), None);
-        assert_eq!(s.follower_fetched(3, 10, 10, 0, 0, 1), None);
+        assert_eq!(s.follower_fetched(2, 7, 0, 10, 0, 0, 1), None);
+        assert_eq!(s.follower_fetched(3, 10, 0, 10, 0, 0, 1), None);
         assert_eq!(s.high_watermark(10), 7);
-        assert_eq!(s.follower_fetched(4, 1, 10, 7, 0, 1), None, "not a replica");
+        assert_eq!(s.follower_fetched(4, 1, 0, 10, 7, 0, 1), None, "not a replica");
     }
 
     #[test]
     fn followers_leave_when_lagging_and_join_when_caught_up() {
         let mut s = three();
-        s.follower_fetched(2, 10, 10, 10, 0, 1_000);
-        s.follower_fetched(3, 4, 10, 10, 0, 1_000);
+        s.follower_fetched(2, 10, 0, 10, 10, 0, 1_000);
+        s.follower_fetched(3, 4, 0, 10, 10, 0, 1_000);
         assert_eq!(s.lagging(20_000, 30_000), None, "caught up at the start of the leadership");
-        s.follower_fetched(2, 10, 10, 10, 0, 39_000);
+        s.follower_fetched(2, 10, 0, 10, 10, 0, 39_000);
         assert_eq!(s.lagging(40_000, 30_000), Some(vec![1, 2]), "3 never reached the log end");
         s.update(ReplicaState { isr: vec![1, 2], partition_epoch: 6, ..s.clone() }, 40_000);
-        assert_eq!(s.follower_fetched(3, 8, 12, 10, 0, 41_000), None, "below the HW");
-        assert_eq!(s.follower_fetched(3, 10, 12, 10, 11, 41_000), None, "not yet into the current epoch");
-        assert_eq!(s.follower_fetched(3, 12, 12, 10, 11, 41_000), Some(vec![1, 2, 3]));
+        assert_eq!(s.follower_fetched(3, 8, 0, 12, 10, 0, 41_000), None, "below the HW");
+        assert_eq!(s.follower_fetched(3, 10, 0, 12, 10, 11, 41_000), None, "not yet into the current epoch");
+        assert_eq!(s.follower_fetched(3, 12, 0, 12, 10, 11, 41_000), Some(vec![1, 2, 3]));
         s.isr_change_pending = true;
-        assert_eq!(s.follower_fetched(3, 12, 12, 10, 11, 41_000), None, "one change at a time");
+        assert_eq!(s.follower_fetched(3, 12, 0, 12, 10, 11, 41_000), None, "one change at a time");
         // A new leader epoch starts every follower afresh.
         s.update(ReplicaState { leader_epoch: 4, ..s.clone() }, 50_000);
         assert!(!s.isr_change_pending);
         assert_eq!(s.high_watermark(12), 0);
+    }
+
+    #[test]
+    fn low_watermark_is_min_log_start_over_isr() {
+        assert_eq!(ReplicaState::single(1, 0).low_watermark(40), 40);
+        let mut s = three();
+        assert_eq!(s.low_watermark(40), -1, "followers not heard from yet");
+        s.follower_fetched(2, 10, 40, 10, 10, 0, 1);
+        s.follower_fetched(3, 10, 0, 10, 10, 0, 1);
+        assert_eq!(s.low_watermark(40), 0);
+        s.follower_fetched(3, 10, 40, 10, 10, 0, 2);
+        assert_eq!(s.low_watermark(40), 40);
+        // Out of the ISR, a follower's log start no longer counts.
+        s.follower_fetched(3, 10, 0, 10, 10, 0, 3);
+        s.update(ReplicaState { isr: vec![1, 2], partition_epoch: 6, ..s.clone() }, 4);
+        assert_eq!(s.low_watermark(40), 40);
     }
 }

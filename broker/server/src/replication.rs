@@ -293,13 +293,15 @@ async fn fetch_once(c: &mut Conn, me: i32, client: &str, list: &[Followed]) -> s
     let mut by_topic: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
     let mut index: HashMap<Key, &Followed> = HashMap::new();
     for f in list {
-        let Ok((leo, _)) = f.part.log_end_and_epoch() else { continue };
+        let Ok(own) = f.part.offsets() else { continue };
         let mut p = FetchPartition::default();
         p.partition = f.part.index;
         p.current_leader_epoch = f.leader_epoch;
-        p.fetch_offset = leo;
+        p.fetch_offset = own.log_end;
         p.last_fetched_epoch = -1;
-        p.log_start_offset = -1;
+        // As Kafka's followers: the leader learns where this replica's log starts (DeleteRecords
+        // waits for every in-sync replica to get there).
+        p.log_start_offset = own.log_start;
         p.partition_max_bytes = PARTITION_MAX_BYTES;
         by_topic.entry(f.topic.clone()).or_default().push(p);
         index.insert(f.key(), f);

@@ -2,6 +2,7 @@
 //! ElectLeaders, plus InitProducerId and DescribeCluster.
 
 use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
 
 use oxbow_protocol::ResponseError;
 use oxbow_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -277,9 +278,14 @@ fn push_election(
     }
 }
 
+/// The leader moves the log start, then the answer waits (up to the request's timeout) until
+/// every in-sync replica's log starts there too, as Kafka's delayed DeleteRecords; the low
+/// watermark answered is the smallest of them. Replicas that have not got there in time:
+/// REQUEST_TIMED_OUT.
 pub async fn delete_records(ctx: &Ctx<'_>, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
     let b = ctx.broker;
     let mut resp = DeleteRecordsResponse::default();
+    let mut moved = Vec::new();
     for t in req.topics {
         let topic = b.topic(t.name.0.as_str());
         let mut tr = DeleteRecordsTopicResult::default();
@@ -291,16 +297,10 @@ pub async fn delete_records(ctx: &Ctx<'_>, req: DeleteRecordsRequest) -> DeleteR
             let result = match topic.as_ref().map(|t| t.led(p.partition_index)) {
                 None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic or partition")),
                 Some(Err(e)) => Err(e),
-                Some(Ok(part)) => part
-                    .with_log(|l| {
-                        // -1 means "up to the high watermark".
-                        let target = if p.offset == -1 { l.high_watermark() } else { p.offset };
-                        l.delete_records_before(target)
-                    })
-                    .and_then(|r| r.map_err(ApiError::from)),
+                Some(Ok(part)) => part.delete_records_before(p.offset).map(|start| (part.clone(), start)),
             };
             match result {
-                Ok(low) => pr.low_watermark = low,
+                Ok(m) => moved.push((resp.topics.len(), tr.partitions.len(), m)),
                 Err(e) => pr.error_code = e.code(),
             }
             tr.partitions.push(pr);
@@ -309,6 +309,16 @@ pub async fn delete_records(ctx: &Ctx<'_>, req: DeleteRecordsRequest) -> DeleteR
     }
     // A new log start offset is checkpointed at once, so it survives a crash too.
     b.write_checkpoints();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));
+    for (t, p, (part, start)) in moved {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let (reached, low) = part.wait_low_watermark(start, left).await;
+        let pr = &mut resp.topics[t].partitions[p];
+        pr.low_watermark = low;
+        if !reached {
+            pr.error_code = ResponseError::RequestTimedOut.code();
+        }
+    }
     resp
 }
 

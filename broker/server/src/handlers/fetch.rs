@@ -30,6 +30,8 @@ struct Want {
     topic_id: uuid::Uuid,
     partition_index: i32,
     fetch_offset: i64,
+    /// A follower's own log start offset (-1 from consumers and old followers).
+    log_start: i64,
     max_bytes: usize,
     leader_epoch: i32,
     target: Result<Arc<Partition>, ApiError>,
@@ -75,7 +77,7 @@ fn read_once(
                     (Err(e), _) => Err((e, p.offsets().ok())),
                     (Ok(()), None) => p.read(w.fetch_offset, budget, min_one),
                     (Ok(()), Some(replica)) => {
-                        match p.follower_fetched(replica, w.fetch_offset, crate::broker::now_ms()) {
+                        match p.follower_fetched(replica, w.fetch_offset, w.log_start, crate::broker::now_ms()) {
                             Ok(Some(change)) => ctx.broker.request_isr_change(w.topic_id, p.clone(), change),
                             Ok(None) => {}
                             Err(e) => tracing::debug!(error = %e, "follower fetch on a closed partition"),
@@ -151,6 +153,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
                 topic_id: topic.as_ref().map_or(uuid::Uuid::nil(), |t| t.meta.id),
                 partition_index: fp.partition,
                 fetch_offset: fp.fetch_offset,
+                log_start: fp.log_start_offset,
                 max_bytes: usize::try_from(fp.partition_max_bytes).unwrap_or(0),
                 leader_epoch: fp.current_leader_epoch,
                 target,
