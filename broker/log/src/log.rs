@@ -481,7 +481,7 @@ impl Log {
         self.recovery_point = offset;
         self.cleaner_offset = self.cleaner_offset.min(offset);
         self.unflushed_messages = 0;
-        tracing::info!(dir = %self.dir.display(), from = leo, to = offset, "log emptied: it ended below the leader's log start");
+        tracing::info!(dir = %self.dir.display(), from = leo, to = offset, "log emptied to start again at the leader's");
         Ok(())
     }
 

@@ -30,6 +30,20 @@ impl Inner {
             leader_epoch: self.replica.leader_epoch,
         }
     }
+
+    /// Leader: DeleteRecords' low watermark (see [`ReplicaState::low_watermark`]).
+    fn low_watermark(&self) -> i64 {
+        self.replica.low_watermark(self.log.log_start_offset())
+    }
+}
+
+/// Sets a watch, waking its waiters only if the value changed.
+fn send_if_changed(tx: &watch::Sender<i64>, v: i64) {
+    tx.send_if_modified(|cur| {
+        let changed = *cur != v;
+        *cur = v;
+        changed
+    });
 }
 
 pub struct Partition {
@@ -82,22 +96,9 @@ impl Partition {
         Self { topic, index, root, node, inner: Mutex::new(Some(Inner { log, replica })), hw, leo, low }
     }
 
-    fn publish_low(&self, low: i64) {
-        self.low.send_if_modified(|cur| {
-            let changed = *cur != low;
-            *cur = low;
-            changed
-        });
-    }
-
     fn publish(&self, hw: i64, leo: i64) {
-        for (tx, v) in [(&self.hw, hw), (&self.leo, leo)] {
-            tx.send_if_modified(|cur| {
-                let changed = *cur != v;
-                *cur = v;
-                changed
-            });
-        }
+        send_if_changed(&self.hw, hw);
+        send_if_changed(&self.leo, leo);
     }
 
     /// The leader's high watermark rule, applied after any change to the ISR or a follower.
@@ -195,10 +196,10 @@ impl Partition {
             };
             let isr = i.replica.follower_fetched(replica, offset, log_start, leo, hw, epoch_start, now_ms);
             let change = isr.map(|isr| propose(&mut i.replica, isr));
-            Ok((change, self.advance_hw(i), i.replica.low_watermark(i.log.log_start_offset())))
+            Ok((change, self.advance_hw(i), i.low_watermark()))
         })?;
         self.publish(hw.0, hw.1);
-        self.publish_low(low);
+        send_if_changed(&self.low, low);
         Ok(change)
     }
 
@@ -208,9 +209,9 @@ impl Partition {
         let (start, low) = self.with(|i| {
             let target = if offset == -1 { i.log.high_watermark() } else { offset };
             let start = i.log.delete_records_before(target)?;
-            Ok((start, i.replica.low_watermark(start)))
+            Ok((start, i.low_watermark()))
         })?;
-        self.publish_low(low);
+        send_if_changed(&self.low, low);
         Ok(start)
     }
 
@@ -375,10 +376,10 @@ impl Partition {
                 tracing::error!(topic = %self.topic, partition = self.index, error = %e, "cannot record the leader epoch");
             }
             i.replica.update(next, now_ms);
-            Ok((self.advance_hw(i), i.replica.low_watermark(i.log.log_start_offset())))
+            Ok((self.advance_hw(i), i.low_watermark()))
         }) {
             self.publish(hw, leo);
-            self.publish_low(low);
+            send_if_changed(&self.low, low);
         }
     }
 
