@@ -17,7 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from oxbow_harness import Broker
+from oxbow_harness import Broker, free_port as free_port_on
 
 CLUSTER_ID = "oxbow-test-cluster-0001"
 
@@ -26,10 +26,6 @@ def node_host(i: int) -> str:
     return f"127.0.1.{i}"
 
 
-def free_port_on(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class Node(Broker):

@@ -84,10 +84,21 @@ def require_broker_binary() -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+#: Ports already handed out, per host: each pick closes its socket before a broker binds, so the
+#: kernel may offer the same port again (once it gave one node's HTTP and controller listeners
+#: the same port, and the node could not start).
+_given: dict[str, set[int]] = {}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    given = _given.setdefault(host, set())
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in given:
+            given.add(port)
+            return port
 
 
 class Broker:
