@@ -164,23 +164,33 @@ impl MetadataImage {
     }
 
     fn change_partition(&mut self, c: &PartitionChange) {
-        let Some(p) = self.topic_by_id_mut(c.topic_id).and_then(|t| t.partitions.get_mut(c.partition as usize)) else {
-            return;
-        };
-        if let Some(leader) = c.leader
-            && leader != p.leader
-        {
-            p.leader = leader;
-            p.leader_epoch += 1;
+        if let Some(p) = self.topic_by_id_mut(c.topic_id).and_then(|t| t.partitions.get_mut(c.partition as usize)) {
+            apply_change(p, c);
         }
-        if let Some(isr) = &c.isr {
-            p.isr = isr.clone();
-        }
-        if let Some(replicas) = &c.replicas {
-            p.replicas = replicas.clone();
-        }
-        p.partition_epoch += 1;
     }
+}
+
+/// Applies one partition change (as Kafka's `PartitionRegistration.merge`): fields it sets
+/// replace the partition's; a leader set, even to the current one, is a new leader epoch; the
+/// partition epoch moves with every change.
+pub fn apply_change(p: &mut PartitionRecord, c: &PartitionChange) {
+    if let Some(leader) = c.leader {
+        p.leader = leader;
+        p.leader_epoch += 1;
+    }
+    if let Some(isr) = &c.isr {
+        p.isr = isr.clone();
+    }
+    if let Some(replicas) = &c.replicas {
+        p.replicas = replicas.clone();
+    }
+    if let Some(adding) = &c.adding {
+        p.adding = adding.clone();
+    }
+    if let Some(removing) = &c.removing {
+        p.removing = removing.clone();
+    }
+    p.partition_epoch += 1;
 }
 
 #[cfg(test)]
@@ -230,6 +240,8 @@ mod tests {
                     leader: 1,
                     leader_epoch: 0,
                     partition_epoch: 0,
+                    adding: vec![],
+                    removing: vec![],
                 }),
             );
         }
@@ -249,6 +261,8 @@ mod tests {
                 leader: Some(2),
                 isr: Some(vec![2]),
                 replicas: None,
+                adding: None,
+                removing: None,
             }),
         );
         let t = img.topic_by_id(id).expect("topic");
@@ -266,6 +280,8 @@ mod tests {
                 leader: None,
                 isr: Some(vec![2, 1]),
                 replicas: None,
+                adding: None,
+                removing: None,
             }),
         );
         let p = &img.topic("t").expect("t").partitions[1];

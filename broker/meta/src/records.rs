@@ -41,11 +41,32 @@ pub struct PartitionRecord {
     pub leader: NodeId,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// A reassignment in flight (KIP-455): replicas being added (in `replicas`, catching up)
+    /// and being removed (in `replicas` until the move completes). `replicas` is then the
+    /// target followed by the removing ones, as Kafka orders them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding: Vec<NodeId>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing: Vec<NodeId>,
 }
 
-/// A change of one partition's leader, ISR or replicas. Applying it bumps the partition epoch,
-/// and the leader epoch when the leader changes (as Kafka's `PartitionChangeRecord`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+impl PartitionRecord {
+    /// Whether a reassignment is in flight.
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding.is_empty() || !self.removing.is_empty()
+    }
+
+    /// The replicas the partition ends up with: during a move the target, else its replicas.
+    pub fn target_replicas(&self) -> Vec<NodeId> {
+        self.replicas.iter().copied().filter(|r| !self.removing.contains(r)).collect()
+    }
+}
+
+/// A change of one partition's leader, ISR, replicas or reassignment. Applying it bumps the
+/// partition epoch, and the leader epoch whenever `leader` is set, even to the same leader (as
+/// Kafka's `PartitionChangeRecord`: a reassignment that removes a replica bumps it so that the
+/// removed replica's fetches are fenced).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionChange {
     pub topic_id: Uuid,
     pub partition: i32,
@@ -55,6 +76,10 @@ pub struct PartitionChange {
     pub isr: Option<Vec<NodeId>>,
     #[serde(default)]
     pub replicas: Option<Vec<NodeId>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adding: Option<Vec<NodeId>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removing: Option<Vec<NodeId>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

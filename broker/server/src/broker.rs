@@ -83,6 +83,11 @@ pub struct Topic {
     /// The topic's configs over the broker's defaults, resolved once per change (not per request).
     pub log_config: LogConfig,
     pub min_insync: i32,
+    /// Partitions whose replication this broker throttles as their leader
+    /// (`leader.replication.throttled.replicas`) and as their follower
+    /// (`follower.replication.throttled.replicas`).
+    pub leader_throttled: topic_config::Throttled,
+    pub follower_throttled: topic_config::Throttled,
 }
 
 impl Topic {
@@ -97,7 +102,15 @@ impl Topic {
     ) -> Topic {
         let log_config = topic_config::resolve(defaults, &meta.configs);
         let min_insync = topic_config::min_insync(defaults, &meta.configs);
-        Topic { meta, states, local, node, liveness, log_config, min_insync }
+        let throttled = |key| topic_config::Throttled::of(&meta.configs, key, node);
+        let leader_throttled = throttled("leader.replication.throttled.replicas");
+        let follower_throttled = throttled("follower.replication.throttled.replicas");
+        Topic { meta, states, local, node, liveness, log_config, min_insync, leader_throttled, follower_throttled }
+    }
+
+    /// Whether broker `replica` is in partition `i`'s ISR, as the image has it.
+    pub fn in_sync(&self, i: i32, replica: i32) -> bool {
+        usize::try_from(i).ok().and_then(|i| self.states.get(i)).is_some_and(|s| s.isr.contains(&replica))
     }
 
     /// Partition `i` if this broker hosts it (leading it or not).
@@ -200,15 +213,22 @@ pub struct Broker {
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
     /// Request-path counters for the metrics.
     pub stats: crate::telemetry::Stats,
+    /// The replication throttles (`*.replication.throttled.rate`).
+    pub quotas: crate::quota::Quotas,
 }
 
-/// `config` with `dynamic` broker keys over its explicit settings.
-fn with_dynamic(config: &BrokerConfig, dynamic: &BTreeMap<String, String>) -> Result<BrokerConfig, crate::ConfigError> {
-    if dynamic.is_empty() {
+/// `config` with dynamic broker keys over its explicit settings: the cluster-wide ones, then
+/// this broker's own over those (Kafka's precedence).
+fn with_dynamic(
+    config: &BrokerConfig,
+    cluster: &BTreeMap<String, String>,
+    node: Option<&BTreeMap<String, String>>,
+) -> Result<BrokerConfig, crate::ConfigError> {
+    if cluster.is_empty() && node.is_none_or(BTreeMap::is_empty) {
         return Ok(config.clone());
     }
     let mut explicit = config.explicit.clone();
-    explicit.extend(dynamic.iter().map(|(k, v)| (k.clone(), v.clone())));
+    explicit.extend(cluster.iter().chain(node.into_iter().flatten()).map(|(k, v)| (k.clone(), v.clone())));
     BrokerConfig::from_map(explicit)
 }
 
@@ -293,7 +313,9 @@ impl Broker {
         tracing::info!(partition_dirs = on_disk.dirs.len(), cluster_id = %cluster_id, "storage opened");
         let liveness = Arc::new(Liveness::new(config.session_timeout_ms));
         let groups = Arc::new(crate::coordinator::Coordinator::new(config.groups.clone()));
+        let quotas = crate::quota::Quotas::new(&config);
         Ok(Arc::new(Self {
+            quotas,
             groups,
             topic_defaults: RwLock::new(Arc::new(config.clone())),
             config,
@@ -592,26 +614,36 @@ impl Broker {
         self.topic_defaults.read().clone()
     }
 
-    /// The cluster-wide dynamic broker configs.
-    pub fn dynamic_broker_configs(&self) -> BTreeMap<String, String> {
-        self.image().cluster_configs.clone()
+    /// The dynamic broker configs: cluster-wide (`node: None`) or this broker's own.
+    pub fn dynamic_broker_configs(&self, node: Option<i32>) -> BTreeMap<String, String> {
+        let image = self.image();
+        match node {
+            None => image.cluster_configs.clone(),
+            Some(n) => image.node_configs.get(&n).cloned().unwrap_or_default(),
+        }
     }
 
-    /// Replaces the cluster-wide dynamic broker configs (every key must be
-    /// [`topic_config::is_dynamic_broker_key`]); every broker applies them to the topics that
-    /// do not override them.
+    /// Replaces the cluster-wide (`node: None`) or this broker's own dynamic broker configs
+    /// (every key must be [`topic_config::is_dynamic_broker_key`]); brokers apply them to the
+    /// topics that do not override them, and take the replication throttles.
     pub async fn set_dynamic_broker_configs(
         &self,
+        node: Option<i32>,
         configs: BTreeMap<String, String>,
         validate_only: bool,
     ) -> Result<(), ApiError> {
         let invalid = |e: crate::ConfigError| ApiError::new(ResponseError::InvalidConfig, e.to_string());
-        with_dynamic(&self.config, &configs).map_err(invalid)?;
+        let image = self.image();
+        let (cluster, own) = match node {
+            None => (&configs, image.node_configs.get(&self.node_id())),
+            Some(_) => (&image.cluster_configs, Some(&configs)),
+        };
+        with_dynamic(&self.config, cluster, own).map_err(invalid)?;
         if validate_only {
             return Ok(());
         }
-        self.execute(Command::SetBrokerConfigs { node: None, configs: configs.clone() }).await?;
-        tracing::info!(configs = ?configs, "dynamic broker configs changed");
+        self.execute(Command::SetBrokerConfigs { node, configs: configs.clone() }).await?;
+        tracing::info!(node = ?node, configs = ?configs, "dynamic broker configs changed");
         Ok(())
     }
 
@@ -643,12 +675,15 @@ impl Broker {
         let me = self.node_id();
         let prev = self.image();
         let mut defaults = self.topic_defaults();
-        let defaults_changed = prev.version == 0 || prev.cluster_configs != img.cluster_configs;
+        let defaults_changed = prev.version == 0
+            || prev.cluster_configs != img.cluster_configs
+            || prev.node_configs.get(&me) != img.node_configs.get(&me);
         if defaults_changed {
-            match with_dynamic(&self.config, &img.cluster_configs) {
+            match with_dynamic(&self.config, &img.cluster_configs, img.node_configs.get(&me)) {
                 Ok(c) => {
                     defaults = Arc::new(c);
                     *self.topic_defaults.write() = defaults.clone();
+                    self.quotas.update(&defaults);
                 }
                 Err(e) => tracing::warn!(error = %e, "dynamic broker configs are invalid here; ignoring them"),
             }
@@ -686,8 +721,13 @@ impl Broker {
                     if let Some(x) = have
                         && let Some(log) = x.take_log()
                     {
-                        // Moved away (reassignment): close, keep the data until it is deleted.
-                        let _ = log.close(now_ms());
+                        // Moved away (a reassignment completed without this broker): the log
+                        // goes, as Kafka's broker deletes a replica it no longer hosts. Were it
+                        // added back later, it would copy the leader's log afresh.
+                        tracing::info!(topic = %t.name, partition = p.partition, "replica moved away: deleting its log");
+                        if let Err(e) = log.delete() {
+                            tracing::warn!(topic = %t.name, partition = p.partition, error = %e, "could not delete the log of a moved replica");
+                        }
                     }
                     None
                 };

@@ -41,6 +41,9 @@ pub enum Kind {
     /// A label value (ASCII letters, digits, '-', '_', '.'), or empty for none (broker.rack:
     /// a zone or region name).
     Label,
+    /// `*`, or a comma-separated list of `partition:broker` (possibly empty): the replicas a
+    /// replication throttle applies to (`leader.replication.throttled.replicas`, ...).
+    ThrottledReplicas,
 }
 
 impl Kind {
@@ -62,6 +65,7 @@ impl Kind {
             Kind::Names => "a comma-separated list of listener names".into(),
             Kind::Word => "a non-empty string of ASCII letters, digits, '-' and '_'".into(),
             Kind::Label => "ASCII letters, digits, '-', '_' and '.', or empty for none".into(),
+            Kind::ThrottledReplicas => "the literal '*' or a list of replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...".into(),
         }
     }
 
@@ -72,7 +76,7 @@ impl Kind {
             Kind::Int { max, .. } if *max <= i64::from(i32::MAX) => 3,
             Kind::Int { .. } => 5,
             Kind::Choice(_) | Kind::SocketAddr | Kind::Word | Kind::Label => 2,
-            Kind::Listeners | Kind::Paths | Kind::Voters | Kind::HostPorts | Kind::Names => 7,
+            Kind::Listeners | Kind::Paths | Kind::Voters | Kind::HostPorts | Kind::Names | Kind::ThrottledReplicas => 7,
             Kind::Ratio => 6,
         }
     }
@@ -94,6 +98,14 @@ impl Kind {
                     && value.trim().bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
             }
             Kind::Label => value.trim().bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')),
+            Kind::ThrottledReplicas => {
+                let digits = |x: &str| !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit());
+                value.trim() == "*"
+                    || value
+                        .split(',')
+                        .map(str::trim)
+                        .all(|e| e.is_empty() || e.split_once(':').is_some_and(|(p, b)| digits(p) && digits(b)))
+            }
         }
     }
 }
@@ -191,6 +203,36 @@ pub const KEYS: &[KeyDef] = &[
         default: Some("5000"),
         kind: Kind::Int { min: 1, max: LONG },
         doc: "How often every partition's high watermark is written to `replication-offset-checkpoint` in each log dir (and at shutdown). A restarted replica shows consumers no more than that until its leader, or as leader its ISR, confirms more.",
+    },
+    KeyDef {
+        name: "leader.replication.throttled.rate",
+        default: Some("9223372036854775807"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Bytes per second this broker sends, as a leader, to followers of the replicas its topics list in `leader.replication.throttled.replicas` that are not in the ISR (Kafka's replication throttle, set by `kafka-reassign-partitions --throttle`). Meant to be set dynamically, per broker (IncrementalAlterConfigs on the BROKER resource of its id) or cluster-wide; the default is no limit.",
+    },
+    KeyDef {
+        name: "follower.replication.throttled.rate",
+        default: Some("9223372036854775807"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Bytes per second this broker fetches, as a follower, for the replicas its topics list in `follower.replication.throttled.replicas` while it is not in their ISR. Set dynamically like `leader.replication.throttled.rate`; the default is no limit.",
+    },
+    KeyDef {
+        name: "replica.alter.log.dirs.io.max.bytes.per.second",
+        default: Some("9223372036854775807"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Accepted (dynamically too, as `kafka-reassign-partitions` sets and clears it); Oxbow does not move replicas between log dirs of one broker.",
+    },
+    KeyDef {
+        name: "replication.quota.window.num",
+        default: Some("11"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Samples the replication throttles measure their rate over (the current one and the whole ones before it).",
+    },
+    KeyDef {
+        name: "replication.quota.window.size.seconds",
+        default: Some("1"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Length of one replication throttle sample.",
     },
     KeyDef {
         name: "broker.heartbeat.interval.ms",
@@ -764,6 +806,12 @@ pub struct BrokerConfig {
     pub heartbeat_interval_ms: u64,
     /// `replica.lag.time.max.ms`
     pub replica_lag_time_max_ms: i64,
+    /// `leader.replication.throttled.rate` and `follower.replication.throttled.rate` (bytes/s).
+    pub leader_throttle_rate: i64,
+    pub follower_throttle_rate: i64,
+    /// `replication.quota.window.num` and `replication.quota.window.size.seconds` (as ms).
+    pub quota_windows: u32,
+    pub quota_window_ms: i64,
     pub session_timeout_ms: u64,
     pub unclean_leader_election: bool,
     /// `broker.rack`.
@@ -1095,6 +1143,10 @@ impl BrokerConfig {
             snapshot_bytes: req_int("metadata.log.max.record.bytes.between.snapshots")? as u64,
             heartbeat_interval_ms: req_int("broker.heartbeat.interval.ms")? as u64,
             replica_lag_time_max_ms: req_int("replica.lag.time.max.ms")?,
+            leader_throttle_rate: req_int("leader.replication.throttled.rate")?,
+            follower_throttle_rate: req_int("follower.replication.throttled.rate")?,
+            quota_windows: req_int("replication.quota.window.num")? as u32,
+            quota_window_ms: req_int("replication.quota.window.size.seconds")? * 1000,
             session_timeout_ms: req_int("broker.session.timeout.ms")? as u64,
             unclean_leader_election: bool_("unclean.leader.election.enable"),
             // Empty means none (a pod whose node has no zone label passes an empty value).

@@ -339,8 +339,10 @@ impl Coordinator {
         let result = if fsync { tokio::task::block_in_place(append) } else { append() };
         let r = result.map_err(|e| store_error(&e))?;
         let timeout = Duration::from_millis(self.settings.commit_timeout_ms);
-        if !slot.partition.wait_for_hw(r.last_offset + 1, timeout).await {
-            return Err(GroupError::CoordinatorNotAvailable);
+        match slot.partition.wait_for_hw(r.last_offset + 1, timeout).await {
+            Ok(()) => {}
+            Err(crate::partition::HwWait::TimedOut) => return Err(GroupError::CoordinatorNotAvailable),
+            Err(crate::partition::HwWait::NotLeader) => return Err(GroupError::NotCoordinator),
         }
         Ok(())
     }

@@ -75,6 +75,7 @@ impl From<oxbow_meta::CommandError> for ApiError {
                 R::FencedLeaderEpoch(_) => ResponseError::FencedLeaderEpoch,
                 R::InvalidUpdateVersion(_) => ResponseError::InvalidUpdateVersion,
                 R::IneligibleReplica(_) => ResponseError::IneligibleReplica,
+                R::NoReassignmentInProgress(_) => ResponseError::NoReassignmentInProgress,
             },
             C::NotController { .. } => ResponseError::NotController,
             C::Unavailable(_) => ResponseError::RequestTimedOut,

@@ -24,10 +24,12 @@ mod epochs;
 mod fetch;
 mod groups;
 mod list_offsets;
+mod log_dirs;
 mod metadata;
 mod offsets;
 mod produce;
 mod quorum;
+mod reassignments;
 pub mod util;
 
 /// What a handler sees besides its request.
@@ -88,9 +90,13 @@ pub async fn dispatch(
             AnyRequest::CreatePartitions(r) => answer!(admin::create_partitions(&ctx, r)),
             AnyRequest::DeleteRecords(r) => answer!(admin::delete_records(&ctx, r)),
             AnyRequest::ElectLeaders(r) => answer!(admin::elect_leaders(&ctx, r)),
+            AnyRequest::AlterPartitionReassignments(r) => answer!(reassignments::alter(&ctx, r)),
+            AnyRequest::ListPartitionReassignments(r) => answer!(reassignments::list(&ctx, r)),
+            AnyRequest::UnregisterBroker(r) => answer!(reassignments::unregister_broker(&ctx, r)),
             AnyRequest::InitProducerId(r) => answer!(admin::init_producer_id(&ctx, r)),
             AnyRequest::DescribeCluster(r) => answer!(admin::describe_cluster(&ctx, r)),
             AnyRequest::DescribeConfigs(r) => answer!(configs::describe(&ctx, r)),
+            AnyRequest::DescribeLogDirs(r) => answer!(log_dirs::handle(&ctx, r)),
             AnyRequest::AlterConfigs(r) => answer!(configs::alter(&ctx, r)),
             AnyRequest::IncrementalAlterConfigs(r) => answer!(configs::incremental_alter(&ctx, r)),
             AnyRequest::DescribeProducers(r) => answer!(admin::describe_producers(&ctx, r)),

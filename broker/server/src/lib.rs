@@ -7,7 +7,8 @@
 //!   (`oxbow-meta`); [`startup`]: registration, heartbeats, controlled shutdown;
 //!   [`metadata`]: `meta.properties` and the import of pre-quorum single-node metadata.
 //! - [`partition`]: one hosted partition (log + [`replica`] state + high watermark channel);
-//!   [`replication`]: followers fetching from leaders, ISR shrinking.
+//!   [`replication`]: followers fetching from leaders, ISR shrinking; [`quota`]: the
+//!   replication throttles both apply.
 //! - [`network`]: TCP server, framing, in-order pipelining and global limits.
 //! - [`handlers`]: one module per Kafka API; [`errors`]: the single error-code mapping.
 //! - [`coordinator`]: the consumer group coordinator (groups and committed offsets in
@@ -30,6 +31,7 @@ pub mod health;
 pub mod metadata;
 pub mod network;
 pub mod partition;
+pub mod quota;
 pub mod replica;
 pub mod replication;
 pub mod startup;

@@ -59,6 +59,18 @@ pub struct Partition {
     /// Leader: the smallest log start offset among the in-sync replicas (DeleteRecords waits
     /// on it); -1 while a follower's is unknown.
     low: watch::Sender<i64>,
+    /// The leader as this replica knows it (-1 once the log is taken out): writes waiting for
+    /// the ISR give up as soon as this broker no longer leads.
+    leader: watch::Sender<i32>,
+}
+
+/// Why a wait for the high watermark ended without reaching it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HwWait {
+    TimedOut,
+    /// This broker stopped leading the partition (a new leader, a reassignment that removed
+    /// it, a deletion): the write may never be replicated; the client retries at the new leader.
+    NotLeader,
 }
 
 /// An ISR change this partition's leader asks the controller for.
@@ -80,7 +92,7 @@ pub struct Offsets {
 
 /// Marks an ISR change as sent and describes it for the controller.
 fn propose(replica: &mut ReplicaState, isr: Vec<i32>) -> IsrChange {
-    replica.isr_change_pending = true;
+    replica.propose(isr.clone());
     IsrChange { isr, leader_epoch: replica.leader_epoch, partition_epoch: replica.partition_epoch }
 }
 
@@ -93,7 +105,8 @@ impl Partition {
         let (hw, _) = watch::channel(log.high_watermark());
         let (leo, _) = watch::channel(log.log_end_offset());
         let (low, _) = watch::channel(replica.low_watermark(log.log_start_offset()));
-        Self { topic, index, root, node, inner: Mutex::new(Some(Inner { log, replica })), hw, leo, low }
+        let (leader, _) = watch::channel(replica.leader);
+        Self { topic, index, root, node, inner: Mutex::new(Some(Inner { log, replica })), hw, leo, low, leader }
     }
 
     fn publish(&self, hw: i64, leo: i64) {
@@ -239,7 +252,7 @@ impl Partition {
     /// The controller refused or did not answer an ISR change: a later fetch may ask again.
     pub fn isr_change_failed(&self) {
         let _ = self.with(|i| {
-            i.replica.isr_change_pending = false;
+            i.replica.proposal_failed();
             Ok(())
         });
     }
@@ -327,11 +340,20 @@ impl Partition {
         Ok(leo)
     }
 
-    /// Waits until the high watermark reaches `offset` (acks=all). Returns false on timeout.
-    pub async fn wait_for_hw(&self, offset: i64, timeout: std::time::Duration) -> bool {
-        let mut rx = self.hw.subscribe();
-        let wait = rx.wait_for(|hw| *hw >= offset);
-        matches!(tokio::time::timeout(timeout, wait).await, Ok(Ok(_)))
+    /// Leader: waits until the high watermark reaches `offset` (acks=all), as long as this
+    /// broker leads (Kafka's delayed produce answers NOT_LEADER_OR_FOLLOWER at once when the
+    /// leadership moves).
+    pub async fn wait_for_hw(&self, offset: i64, timeout: std::time::Duration) -> Result<(), HwWait> {
+        let mut hw = self.hw.subscribe();
+        let mut leader = self.leader.subscribe();
+        let node = self.node;
+        let wait = async {
+            tokio::select! {
+                r = hw.wait_for(|hw| *hw >= offset) => if r.is_ok() { Ok(()) } else { Err(HwWait::NotLeader) },
+                _ = leader.wait_for(|l| *l != node) => Err(HwWait::NotLeader),
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.unwrap_or(Err(HwWait::TimedOut))
     }
 
     pub fn subscribe(&self) -> watch::Receiver<i64> {
@@ -368,6 +390,7 @@ impl Partition {
     /// Takes the leader, leader epoch, replicas and ISR the metadata image gives (a smaller
     /// ISR may move the high watermark on the leader).
     pub fn set_replica(&self, next: ReplicaState, now_ms: i64) {
+        let leader = next.leader;
         if let Ok(((hw, leo), low)) = self.with(|i| {
             if next.leader == self.node
                 && (i.replica.leader != self.node || i.replica.leader_epoch != next.leader_epoch)
@@ -380,6 +403,7 @@ impl Partition {
         }) {
             self.publish(hw, leo);
             send_if_changed(&self.low, low);
+            self.leader.send_if_modified(|l| std::mem::replace(l, leader) != leader);
         }
     }
 
@@ -392,6 +416,8 @@ impl Partition {
 
     /// Takes the log out (topic deletion or shutdown); later calls answer UNKNOWN_TOPIC_OR_PARTITION.
     pub fn take_log(&self) -> Option<Log> {
-        self.inner.lock().take().map(|i| i.log)
+        let log = self.inner.lock().take().map(|i| i.log);
+        self.leader.send_replace(-1);
+        log
     }
 }

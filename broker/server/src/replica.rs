@@ -6,7 +6,12 @@
 //! caught up when it fetches from the leader's log end; it joins the ISR once it has fetched up
 //! to the high watermark and into the current leader epoch, and leaves it when it has not been
 //! caught up for `replica.lag.time.max.ms` (Kafka's rules). ISR changes go through the active
-//! controller (AlterPartition); until it answers, the ISR here is the one the image holds.
+//! controller (AlterPartition); until it answers, the ISR here is the one the image holds, and
+//! the high watermark counts the larger of the two (Kafka's "maximal ISR"): a follower asked in
+//! holds every record acknowledged from then on, so the controller may elect it (a reassignment
+//! completes in the change that admits its new replicas, and leadership moves to one of them)
+//! without losing an acknowledged write; one asked out still holds back the high watermark
+//! until the controller has confirmed it gone.
 
 use std::collections::BTreeMap;
 
@@ -28,8 +33,8 @@ pub struct ReplicaState {
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
     followers: BTreeMap<i32, Follower>,
-    /// An ISR change sent to the controller and not yet seen in the image.
-    pub isr_change_pending: bool,
+    /// The ISR sent to the controller and not yet seen in the image.
+    pending_isr: Option<Vec<i32>>,
 }
 
 impl ReplicaState {
@@ -42,7 +47,7 @@ impl ReplicaState {
             replicas: vec![leader],
             isr: vec![leader],
             followers: BTreeMap::new(),
-            isr_change_pending: false,
+            pending_isr: None,
         }
     }
 
@@ -55,7 +60,7 @@ impl ReplicaState {
             replicas: p.replicas.clone(),
             isr: p.isr.clone(),
             followers: BTreeMap::new(),
-            isr_change_pending: false,
+            pending_isr: None,
         }
     }
 
@@ -73,14 +78,33 @@ impl ReplicaState {
                 (*r, kept.unwrap_or(Follower { leo: -1, log_start: -1, caught_up_ms: now_ms }))
             })
             .collect();
-        let pending = self.isr_change_pending && same && next.partition_epoch == self.partition_epoch;
-        *self = Self { followers, isr_change_pending: pending, ..next };
+        let keep = same && next.partition_epoch == self.partition_epoch;
+        let pending_isr = self.pending_isr.take().filter(|_| keep);
+        *self = Self { followers, pending_isr, ..next };
     }
 
-    /// The high watermark given the leader's log end offset.
+    /// Whether an ISR change is with the controller.
+    pub fn isr_change_pending(&self) -> bool {
+        self.pending_isr.is_some()
+    }
+
+    /// Records that `isr` was sent to the controller.
+    pub fn propose(&mut self, isr: Vec<i32>) {
+        self.pending_isr = Some(isr);
+    }
+
+    /// The controller refused or did not answer: the image's ISR alone counts again.
+    pub fn proposal_failed(&mut self) {
+        self.pending_isr = None;
+    }
+
+    /// The high watermark given the leader's log end offset: the smallest log end offset among
+    /// the in-sync replicas and any the pending change adds.
     pub fn high_watermark(&self, leader_leo: i64) -> i64 {
+        let pending = self.pending_isr.iter().flatten().filter(|r| !self.isr.contains(r));
         self.isr
             .iter()
+            .chain(pending)
             .map(|r| if *r == self.leader { leader_leo } else { self.followers.get(r).map_or(0, |f| f.leo.max(0)) })
             .min()
             .unwrap_or(leader_leo)
@@ -113,7 +137,7 @@ impl ReplicaState {
         }
         if self.isr.contains(&replica)
             || !self.isr.contains(&self.leader)
-            || self.isr_change_pending
+            || self.isr_change_pending()
             || offset < hw
             || offset < epoch_start
         {
@@ -144,7 +168,7 @@ impl ReplicaState {
 
     /// The ISR without followers that have not been caught up for `lag_ms`, if any is to go.
     pub fn lagging(&self, now_ms: i64, lag_ms: i64) -> Option<Vec<i32>> {
-        if self.isr_change_pending || !self.isr.contains(&self.leader) {
+        if self.isr_change_pending() || !self.isr.contains(&self.leader) {
             return None;
         }
         let out: Vec<i32> = self
@@ -201,12 +225,37 @@ mod tests {
         assert_eq!(s.follower_fetched(3, 8, 0, 12, 10, 0, 41_000), None, "below the HW");
         assert_eq!(s.follower_fetched(3, 10, 0, 12, 10, 11, 41_000), None, "not yet into the current epoch");
         assert_eq!(s.follower_fetched(3, 12, 0, 12, 10, 11, 41_000), Some(vec![1, 2, 3]));
-        s.isr_change_pending = true;
+        s.propose(vec![1, 2, 3]);
         assert_eq!(s.follower_fetched(3, 12, 0, 12, 10, 11, 41_000), None, "one change at a time");
         // A new leader epoch starts every follower afresh.
         s.update(ReplicaState { leader_epoch: 4, ..s.clone() }, 50_000);
-        assert!(!s.isr_change_pending);
+        assert!(!s.isr_change_pending());
         assert_eq!(s.high_watermark(12), 0);
+    }
+
+    #[test]
+    fn a_follower_asked_into_the_isr_holds_back_the_hw_at_once() {
+        let mut s = three();
+        s.follower_fetched(2, 10, 0, 10, 10, 0, 1);
+        s.update(ReplicaState { isr: vec![1, 2], partition_epoch: 6, ..s.clone() }, 2);
+        s.follower_fetched(2, 10, 0, 10, 10, 0, 3);
+        assert_eq!(s.follower_fetched(3, 10, 0, 10, 10, 0, 3), Some(vec![1, 2, 3]));
+        s.propose(vec![1, 2, 3]);
+        // The leader appends two more; 2 fetches them, 3 has not yet: nothing past 10 is
+        // acknowledged, for the controller may make 3 the leader with the change.
+        s.follower_fetched(2, 12, 0, 12, 10, 0, 4);
+        assert_eq!(s.high_watermark(12), 10);
+        s.follower_fetched(3, 12, 0, 12, 10, 0, 5);
+        assert_eq!(s.high_watermark(12), 12);
+        // Refused: the image's ISR alone counts again.
+        s.follower_fetched(2, 14, 0, 14, 12, 0, 6);
+        s.proposal_failed();
+        assert_eq!(s.high_watermark(14), 14);
+        // Asked out: the follower holds back the HW until the controller confirms.
+        s.propose(vec![1]);
+        assert_eq!(s.high_watermark(16), 14);
+        s.update(ReplicaState { isr: vec![1], partition_epoch: 7, ..s.clone() }, 7);
+        assert_eq!(s.high_watermark(16), 16);
     }
 
     #[test]

@@ -7,6 +7,11 @@
 //! leader sends, keeping offsets and epochs, and takes the leader's high watermark. Leaders see
 //! each fetch offset (the follower's log end): it moves their high watermark and brings caught-up
 //! followers into the ISR (`crate::replica`).
+//!
+//! A partition whose topic lists this broker in `follower.replication.throttled.replicas` is
+//! left out of fetches while this broker is not in its ISR and the follower throttle
+//! (`follower.replication.throttled.rate`) is exceeded, as Kafka's `shouldFollowerThrottle`; the
+//! bytes appended for throttled partitions count toward it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -44,6 +49,10 @@ struct Followed {
     topic: Arc<str>,
     leader_epoch: i32,
     part: Arc<Partition>,
+    /// Listed in the topic's `follower.replication.throttled.replicas` for this broker.
+    throttled: bool,
+    /// This broker is in the partition's ISR (then the throttle never holds it back).
+    in_sync: bool,
 }
 
 impl Followed {
@@ -71,6 +80,8 @@ pub async fn run(broker: Arc<Broker>, stop: CancellationToken) {
                         topic: name.clone(),
                         leader_epoch: s.leader_epoch,
                         part: p.clone(),
+                        throttled: t.follower_throttled.contains(s.partition),
+                        in_sync: s.isr.contains(&me),
                     });
                 }
             }
@@ -173,7 +184,7 @@ async fn fetch_from(
         let unchecked: Vec<&Followed> =
             list.iter().filter(|f| checked.get(&f.key()) != Some(&f.leader_epoch)).collect();
         let result = if unchecked.is_empty() {
-            fetch_once(&mut c, me, &client, &list).await
+            fetch_once(&mut c, me, &client, &list, &broker.quotas.follower).await
         } else {
             let r = check_epochs(&mut c, me, &client, &unchecked, &mut checked).await;
             // Rounds of epoch checks converge in a few steps; never spin on them.
@@ -289,10 +300,20 @@ async fn check_epochs(
 
 /// One Fetch for every partition in `list` (all checked under their leader epoch); appends what
 /// the leader sent. Returns whether to back off (errors that wait for new metadata).
-async fn fetch_once(c: &mut Conn, me: i32, client: &str, list: &[Followed]) -> std::io::Result<bool> {
+async fn fetch_once(
+    c: &mut Conn,
+    me: i32,
+    client: &str,
+    list: &[Followed],
+    quota: &crate::quota::ReplicationQuota,
+) -> std::io::Result<bool> {
     let mut by_topic: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
     let mut index: HashMap<Key, &Followed> = HashMap::new();
+    let hold_throttled = list.iter().any(|f| f.throttled && !f.in_sync) && quota.exceeded(now_ms());
     for f in list {
+        if f.throttled && !f.in_sync && hold_throttled {
+            continue;
+        }
         let Ok(own) = f.part.offsets() else { continue };
         let mut p = FetchPartition::default();
         p.partition = f.part.index;
@@ -351,6 +372,9 @@ async fn fetch_once(c: &mut Conn, me: i32, client: &str, list: &[Followed]) -> s
                 continue;
             }
             let records = p.records.unwrap_or_default();
+            if f.throttled {
+                quota.record(records.len(), now_ms());
+            }
             if let Err(e) = f.part.append_replicated(&records, p.high_watermark, p.log_start_offset, now_ms()) {
                 wait = true;
                 tracing::warn!(topic = %topic, partition = p.partition_index, error = %e, "cannot append replicated records");

@@ -10,6 +10,7 @@ use crate::config::{BrokerConfig, Kind};
 /// DescribeConfigs config sources (Kafka's `ConfigSource`).
 pub mod source {
     pub const DYNAMIC_TOPIC_CONFIG: i8 = 1;
+    pub const DYNAMIC_BROKER_CONFIG: i8 = 2;
     pub const DYNAMIC_DEFAULT_BROKER_CONFIG: i8 = 3;
     pub const STATIC_BROKER_CONFIG: i8 = 4;
     pub const DEFAULT_CONFIG: i8 = 5;
@@ -19,7 +20,8 @@ pub mod source {
 #[derive(Debug, Clone, Copy)]
 pub struct TopicKeyDef {
     pub name: &'static str,
-    /// The broker key it defaults to (synonyms listed in precedence order by [`broker_synonyms`]).
+    /// The broker key it defaults to (synonyms listed in precedence order by [`broker_synonyms`]);
+    /// empty for a key with no broker default (its default is the empty value).
     pub broker_key: &'static str,
     pub kind: Kind,
     pub doc: &'static str,
@@ -162,6 +164,18 @@ pub const TOPIC_KEYS: &[TopicKeyDef] = &[
         doc: "Accepted; no jitter yet.",
     },
     TopicKeyDef {
+        name: "leader.replication.throttled.replicas",
+        broker_key: "",
+        kind: Kind::ThrottledReplicas,
+        doc: "Replicas (`partition:broker`, or `*` for all) whose leader throttles what it sends to followers not in the ISR to its `leader.replication.throttled.rate`; `kafka-reassign-partitions --throttle` sets it to the current replicas of moving partitions.",
+    },
+    TopicKeyDef {
+        name: "follower.replication.throttled.replicas",
+        broker_key: "",
+        kind: Kind::ThrottledReplicas,
+        doc: "Replicas (`partition:broker`, or `*` for all) that fetch from their leader at no more than their broker's `follower.replication.throttled.rate` while not in the ISR; `kafka-reassign-partitions --throttle` sets it to the replicas a move adds.",
+    },
+    TopicKeyDef {
         name: "unclean.leader.election.enable",
         broker_key: "unclean.leader.election.enable",
         kind: Kind::Bool,
@@ -203,10 +217,20 @@ pub fn broker_synonyms(topic_key: &str) -> &'static [&'static str] {
     }
 }
 
-/// Broker keys that can change at runtime (IncrementalAlterConfigs on the cluster-wide BROKER
-/// resource): the defaults of topic configs. Everything else needs a restart.
+/// Broker keys that are not topic defaults but can change at runtime too: the replication
+/// throttles (`kafka-reassign-partitions --throttle` sets them per broker).
+pub const DYNAMIC_BROKER_KEYS: &[&str] = &[
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+];
+
+/// Broker keys that can change at runtime (IncrementalAlterConfigs on a BROKER resource, the
+/// cluster-wide default or one broker): the defaults of topic configs and the replication
+/// throttles. Everything else needs a restart.
 pub fn is_dynamic_broker_key(key: &str) -> bool {
-    crate::config::key_def(key).is_some() && TOPIC_KEYS.iter().any(|t| broker_synonyms(t.name).contains(&key))
+    crate::config::key_def(key).is_some()
+        && (DYNAMIC_BROKER_KEYS.contains(&key) || TOPIC_KEYS.iter().any(|t| broker_synonyms(t.name).contains(&key)))
 }
 
 /// Why a topic config was refused (maps to INVALID_CONFIG).
@@ -303,6 +327,45 @@ pub fn min_insync(broker: &BrokerConfig, overrides: &BTreeMap<String, String>) -
     overrides.get("min.insync.replicas").and_then(|v| v.parse().ok()).unwrap_or(broker.min_insync_replicas)
 }
 
+/// The partitions of a topic whose replication a broker throttles, from the topic's
+/// `leader.replication.throttled.replicas` or `follower.replication.throttled.replicas`: only
+/// the entries naming that broker count (Kafka's rule), `*` means every partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Throttled {
+    #[default]
+    None,
+    All,
+    Partitions(std::collections::BTreeSet<i32>),
+}
+
+impl Throttled {
+    pub fn parse(value: &str, broker: i32) -> Throttled {
+        if value.trim() == "*" {
+            return Throttled::All;
+        }
+        let parts: std::collections::BTreeSet<i32> = value
+            .split(',')
+            .filter_map(|e| e.trim().split_once(':'))
+            .filter(|(_, b)| b.trim().parse::<i32>().ok() == Some(broker))
+            .filter_map(|(p, _)| p.trim().parse().ok())
+            .collect();
+        if parts.is_empty() { Throttled::None } else { Throttled::Partitions(parts) }
+    }
+
+    /// From a topic's configs (`key` absent: none).
+    pub fn of(configs: &BTreeMap<String, String>, key: &str, broker: i32) -> Throttled {
+        configs.get(key).map_or(Throttled::None, |v| Throttled::parse(v, broker))
+    }
+
+    pub fn contains(&self, partition: i32) -> bool {
+        match self {
+            Throttled::None => false,
+            Throttled::All => true,
+            Throttled::Partitions(p) => p.contains(&partition),
+        }
+    }
+}
+
 /// One DescribeConfigs entry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Described {
@@ -336,11 +399,13 @@ pub fn describe(
             }
         }
         let main_broker_key = broker_synonyms(def.name).first().copied().unwrap_or(def.broker_key);
-        let default = crate::config::key_def(main_broker_key)
-            .and_then(|k| k.default)
-            .map(str::to_string)
-            .unwrap_or_else(|| broker_default(broker, def.name));
-        synonyms.push((main_broker_key.to_string(), default, source::DEFAULT_CONFIG));
+        if !main_broker_key.is_empty() {
+            let default = crate::config::key_def(main_broker_key)
+                .and_then(|k| k.default)
+                .map(str::to_string)
+                .unwrap_or_else(|| broker_default(broker, def.name));
+            synonyms.push((main_broker_key.to_string(), default, source::DEFAULT_CONFIG));
+        }
         let (value, source) = match overrides.get(def.name) {
             Some(v) => (v.clone(), source::DYNAMIC_TOPIC_CONFIG),
             None => {
@@ -391,5 +456,21 @@ mod tests {
         assert!(validate("cleanup.policy", Some("compact")).is_ok());
         assert!(validate("cleanup.policy", Some("compact,delete")).is_ok());
         assert!(validate("cleanup.policy", Some("shred")).is_err());
+        // What kafka-reassign-partitions sets (the follower list may be empty).
+        for ok in ["*", "", "0:1,1:2", " 0:1 , 1:2 "] {
+            assert!(validate("leader.replication.throttled.replicas", Some(ok)).is_ok(), "{ok:?}");
+        }
+        for bad in ["x", "0:", ":1", "0-1", "*,0:1"] {
+            assert!(validate("follower.replication.throttled.replicas", Some(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn throttled_replicas_are_those_naming_this_broker() {
+        assert_eq!(Throttled::parse("*", 2), Throttled::All);
+        assert_eq!(Throttled::parse("", 2), Throttled::None);
+        let t = Throttled::parse("0:1,0:2, 3:2,1:3", 2);
+        assert!(t.contains(0) && t.contains(3) && !t.contains(1));
+        assert_eq!(Throttled::parse("0:1", 2), Throttled::None);
     }
 }

@@ -226,7 +226,15 @@ async fn dynamic_broker_defaults_apply_to_topics_at_once_and_survive_restart() -
     assert!(msg.contains("Cannot update these configs dynamically: listeners"), "{msg}");
     let (code, msg) = inc_alter(&mut c, BROKER, "", &[("log.retention.ms", 0, Some("soon"))]).await?;
     assert_eq!(code, 40, "INVALID_CONFIG: {msg}");
-    assert_eq!(inc_alter(&mut c, BROKER, "1", &[("log.retention.ms", 0, Some("1"))]).await?.0, 42);
+    // This broker's own dynamic configs (Kafka's DYNAMIC_BROKER_CONFIG) win over the
+    // cluster-wide ones; another broker's are altered through that broker.
+    assert_eq!(inc_alter(&mut c, BROKER, "1", &[("log.retention.ms", 0, Some("777"))]).await?.0, 0);
+    assert_eq!(describe_key(&mut c, TOPIC, "dyn", "retention.ms").await?.map(|v| v.0), Some("777".into()));
+    assert_eq!(describe_key(&mut c, BROKER, "1", "log.retention.ms").await?, Some(("777".into(), 2, false)));
+    let (code, msg) = inc_alter(&mut c, BROKER, "2", &[("log.retention.ms", 0, Some("1"))]).await?;
+    assert_eq!((code, msg.as_str()), (42, "Unexpected broker id, expected 1, but received 2"));
+    assert_eq!(inc_alter(&mut c, BROKER, "1", &[("log.retention.ms", 1, None)]).await?.0, 0);
+    assert_eq!(describe_key(&mut c, TOPIC, "dyn", "retention.ms").await?.map(|v| v.0), Some("1234".into()));
 
     let dir = b.stop().await?;
     let b = TestBroker::start_in(dir, &[]).await?;

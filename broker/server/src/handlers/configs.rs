@@ -89,10 +89,14 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
             },
             BROKER => {
                 let name = r.resource_name.as_str();
-                let dynamic = b.dynamic_broker_configs();
+                let cluster_dynamic = b.dynamic_broker_configs(None);
+                let own_dynamic = b.dynamic_broker_configs(Some(b.node_id()));
                 if !name.is_empty() && name != b.node_id().to_string() {
                     out.error_code = ResponseError::InvalidRequest.code();
-                    out.error_message = Some(s(format!("unexpected broker id {name}; this is broker {}", b.node_id())));
+                    out.error_message = Some(s(format!(
+                        "Unexpected broker id, expected {} or empty string, but received {name}",
+                        b.node_id()
+                    )));
                 } else {
                     // "" is the cluster-wide default resource: only its dynamic configs, as Kafka
                     // answers. A broker id gets every key with its effective value and source.
@@ -101,13 +105,17 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
                         if only.as_ref().is_some_and(|o| !o.iter().any(|k| k == def.name)) {
                             continue;
                         }
-                        let dynamic_value = dynamic.get(def.name).cloned();
-                        if cluster_default && dynamic_value.is_none() {
+                        let own_value = own_dynamic.get(def.name).cloned().filter(|_| !cluster_default);
+                        let cluster_value = cluster_dynamic.get(def.name).cloned();
+                        if cluster_default && cluster_value.is_none() {
                             continue;
                         }
                         let explicit = b.config.explicit.get(def.name).cloned();
                         let mut syn = Vec::new();
-                        if let Some(v) = &dynamic_value {
+                        if let Some(v) = &own_value {
+                            syn.push((def.name.to_string(), v.clone(), source::DYNAMIC_BROKER_CONFIG));
+                        }
+                        if let Some(v) = &cluster_value {
                             syn.push((def.name.to_string(), v.clone(), source::DYNAMIC_DEFAULT_BROKER_CONFIG));
                         }
                         if let Some(v) = &explicit {
@@ -118,7 +126,8 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
                         }
                         // The most specific synonym is the value and its source.
                         let src = syn.first().map_or(source::DEFAULT_CONFIG, |(_, _, src)| *src);
-                        let value = dynamic_value.or_else(|| b.config.values.get(def.name).cloned().flatten());
+                        let value =
+                            own_value.or(cluster_value).or_else(|| b.config.values.get(def.name).cloned().flatten());
                         let x = Entry {
                             name: def.name,
                             value,
@@ -192,22 +201,29 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterConfigsRequest) -> AlterConfigsRespo
     resp
 }
 
-/// IncrementalAlterConfigs on a BROKER resource: the cluster-wide default (name "") takes SET
-/// and DELETE of dynamic keys; per-broker overrides are not supported yet.
+/// IncrementalAlterConfigs on a BROKER resource: the cluster-wide default (name "") or this
+/// broker's own configs (its id; as Kafka, a broker's own configs are altered through that
+/// broker, which forwards them to the controller) take SET and DELETE of dynamic keys.
 async fn alter_dynamic_broker(
     b: &crate::broker::Broker,
     name: &str,
     ops: &[oxbow_protocol::messages::incremental_alter_configs_request::AlterableConfig],
     validate_only: bool,
 ) -> Result<(), ApiError> {
-    if !name.is_empty() {
-        return Err(ApiError::new(
-            ResponseError::InvalidRequest,
-            format!(
-                "per-broker dynamic configs (broker {name}) are not supported; alter the cluster-wide default (empty broker name)"
-            ),
-        ));
-    }
+    let node = if name.is_empty() {
+        None
+    } else {
+        let id: i32 = name.parse().map_err(|_| {
+            ApiError::new(ResponseError::InvalidRequest, format!("Node id must be an integer, but it is: {name}"))
+        })?;
+        if id != b.node_id() {
+            return Err(ApiError::new(
+                ResponseError::InvalidRequest,
+                format!("Unexpected broker id, expected {}, but received {name}", b.node_id()),
+            ));
+        }
+        Some(id)
+    };
     let static_only: Vec<&str> =
         ops.iter().map(|c| c.name.as_str()).filter(|k| !topic_config::is_dynamic_broker_key(k)).collect();
     if !static_only.is_empty() {
@@ -216,7 +232,7 @@ async fn alter_dynamic_broker(
             format!("Cannot update these configs dynamically: {}", static_only.join(", ")),
         ));
     }
-    let mut configs = b.dynamic_broker_configs();
+    let mut configs = b.dynamic_broker_configs(node);
     for c in ops {
         let key = c.name.to_string();
         match (c.config_operation, &c.value) {
@@ -237,7 +253,7 @@ async fn alter_dynamic_broker(
             }
         }
     }
-    b.set_dynamic_broker_configs(configs, validate_only).await
+    b.set_dynamic_broker_configs(node, configs, validate_only).await
 }
 
 const SET: i8 = 0;

@@ -6,7 +6,10 @@
 //!
 //! A fetch with a replica id is a follower's (replication): it reads up to the log end rather
 //! than the high watermark, waits on the log end, and its fetch offset is the follower's log
-//! end, which moves the high watermark and may bring the follower into the ISR.
+//! end, which moves the high watermark and may bring the follower into the ISR. A follower out of
+//! the ISR of a partition this leader throttles (`leader.replication.throttled.replicas`) gets
+//! no records while the leader's throttle is exceeded (its offsets still), as Kafka's
+//! `shouldLeaderThrottle`; every throttled partition's bytes count toward the throttle.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +37,20 @@ struct Want {
     log_start: i64,
     max_bytes: usize,
     leader_epoch: i32,
+    /// A follower fetch of a partition this leader throttles.
+    throttled: bool,
+    /// ... and the follower is not in its ISR: it waits while the throttle is exceeded.
+    throttle_applies: bool,
     target: Result<Arc<Partition>, ApiError>,
+}
+
+/// What one pass over the wanted partitions gathered.
+struct Pass {
+    topics: Vec<FetchableTopicResponse>,
+    total: usize,
+    /// Of those, bytes of throttled partitions (the leader's replication throttle counts them).
+    throttled: usize,
+    any_error: bool,
 }
 
 fn empty_partition(index: i32) -> PartitionData {
@@ -48,7 +64,7 @@ fn empty_partition(index: i32) -> PartitionData {
     p
 }
 
-/// One pass over every wanted partition. Returns the response topics and the bytes gathered.
+/// One pass over every wanted partition.
 fn read_once(
     ctx: &Ctx<'_>,
     wants: &[Want],
@@ -56,10 +72,13 @@ fn read_once(
     max_total: usize,
     read_committed: bool,
     follower: Option<i32>,
-) -> (Vec<FetchableTopicResponse>, usize, bool) {
+) -> Pass {
     let mut out: Vec<FetchableTopicResponse> = topics.to_vec();
     let mut total = 0usize;
+    let mut throttled = 0usize;
     let mut any_error = false;
+    let now = crate::broker::now_ms();
+    let hold_throttled = wants.iter().any(|w| w.throttle_applies) && ctx.broker.quotas.leader.exceeded(now);
     for w in wants {
         let mut pd = empty_partition(w.partition_index);
         if read_committed {
@@ -92,10 +111,14 @@ fn read_once(
                         pd.log_start_offset = offsets.log_start;
                         if let ReadStart::Plan(plan) = start
                             && (budget > 0 || min_one)
+                            && !(w.throttle_applies && hold_throttled)
                         {
                             match plan.execute() {
                                 Ok(bytes) => {
                                     total += bytes.len();
+                                    if w.throttled {
+                                        throttled += bytes.len();
+                                    }
                                     pd.records = Some(bytes);
                                 }
                                 Err(e) => {
@@ -120,7 +143,15 @@ fn read_once(
         }
         out[w.topic_slot].partitions.push(pd);
     }
-    (out, total, any_error)
+    Pass { topics: out, total, throttled, any_error }
+}
+
+/// The response of the pass that ends the fetch; its bytes are counted (metrics, throttle).
+fn answer(ctx: &Ctx<'_>, mut resp: FetchResponse, pass: Pass) -> FetchResponse {
+    ctx.broker.stats.fetched(pass.total as u64);
+    ctx.broker.quotas.leader.record(pass.throttled, crate::broker::now_ms());
+    resp.responses = pass.topics;
+    resp
 }
 
 pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
@@ -148,6 +179,10 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
                 None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic")),
                 Some(t) => t.led(fp.partition).cloned(),
             };
+            let throttled =
+                follower.is_some() && topic.as_ref().is_some_and(|t| t.leader_throttled.contains(fp.partition));
+            let throttle_applies =
+                throttled && follower.is_some_and(|r| topic.as_ref().is_some_and(|t| !t.in_sync(fp.partition, r)));
             wants.push(Want {
                 topic_slot: slot,
                 topic_id: topic.as_ref().map_or(uuid::Uuid::nil(), |t| t.meta.id),
@@ -156,6 +191,8 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
                 log_start: fp.log_start_offset,
                 max_bytes: usize::try_from(fp.partition_max_bytes).unwrap_or(0),
                 leader_epoch: fp.current_leader_epoch,
+                throttled,
+                throttle_applies,
                 target,
             });
         }
@@ -175,19 +212,16 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
         for w in &mut watchers {
             w.borrow_and_update();
         }
-        let (out, total, any_error) = read_once(ctx, &wants, &topics, max_total, read_committed, follower);
-        if total >= min_bytes || any_error || watchers.is_empty() || tokio::time::Instant::now() >= deadline {
-            ctx.broker.stats.fetched(total as u64);
-            resp.responses = out;
-            return resp;
+        let pass = read_once(ctx, &wants, &topics, max_total, read_committed, follower);
+        let done = pass.total >= min_bytes || pass.any_error || watchers.is_empty();
+        if done || tokio::time::Instant::now() >= deadline {
+            return answer(ctx, resp, pass);
         }
         let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
         if tokio::time::timeout_at(deadline, changed).await.is_err() {
             // Timed out: answer with what there is now (possibly data that arrived at the edge).
-            let (out, total, _) = read_once(ctx, &wants, &topics, max_total, read_committed, follower);
-            ctx.broker.stats.fetched(total as u64);
-            resp.responses = out;
-            return resp;
+            let pass = read_once(ctx, &wants, &topics, max_total, read_committed, follower);
+            return answer(ctx, resp, pass);
         }
     }
 }

@@ -12,6 +12,7 @@ use super::Ctx;
 use super::util::s;
 use crate::broker::now_ms;
 use crate::errors::ApiError;
+use crate::partition::HwWait;
 
 struct Pending {
     topic: usize,
@@ -132,11 +133,18 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
     // acks=all: wait until the ISR has every write (immediate with one replica).
     let timeout = Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));
     for p in pending {
-        if !p.partition.wait_for_hw(p.wait_for, timeout).await {
-            let e = ApiError::new(ResponseError::RequestTimedOut, "timed out waiting for in-sync replicas");
-            let slot = &mut resp.responses[p.topic].partition_responses[p.resp_index];
-            *slot = partition_error(slot.index, &e);
-        }
+        let e = match p.partition.wait_for_hw(p.wait_for, timeout).await {
+            Ok(()) => continue,
+            Err(HwWait::TimedOut) => {
+                ApiError::new(ResponseError::RequestTimedOut, "timed out waiting for in-sync replicas")
+            }
+            Err(HwWait::NotLeader) => ApiError::new(
+                ResponseError::NotLeaderOrFollower,
+                "this broker stopped leading the partition before the in-sync replicas had the write",
+            ),
+        };
+        let slot = &mut resp.responses[p.topic].partition_responses[p.resp_index];
+        *slot = partition_error(slot.index, &e);
     }
     Some(resp)
 }
