@@ -2,6 +2,9 @@
 //! server-side apply -> status.
 
 pub mod desired;
+pub mod moves;
+pub mod placement;
+pub mod rebalance;
 pub mod restart;
 pub mod status;
 pub mod voters;
@@ -190,6 +193,52 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
         }
     }
 
+    // Partition moves: spread onto new brokers, drain departing ones, then elect preferred
+    // leaders; once no restart is pending, every pod is ready and the brokers answer.
+    let all_ready = observed.iter().all(|p| p.exists && p.ready);
+    let current_replicas = current.unwrap_or(cluster.spec.replicas);
+    let mut moving = false;
+    if decision == Decision::Done
+        && all_ready
+        && let Some(a) = admin.as_mut()
+    {
+        match moves::step(&cluster, &ctx.settings, a, &observed, current_replicas, cluster.spec.replicas).await {
+            Ok(outcome) => {
+                moving = outcome.active;
+                notes.rebalance = outcome.status;
+                if let Some(why) = outcome.infeasible {
+                    notes.scale_down_blocked = Some(why);
+                    notes.scale_down_refused = true;
+                }
+                for (reason, note) in outcome.events {
+                    tracing::info!(cluster = %name, reason, note, "rebalance");
+                    ctx.event(cluster.as_ref(), reason, "Rebalance", note).await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %name, error = %e, "rebalance step failed; retrying");
+                notes.rebalance = cluster.status.as_ref().and_then(|s| s.rebalance.clone());
+                moving = true;
+            }
+        }
+    } else {
+        notes.rebalance = cluster.status.as_ref().and_then(|s| s.rebalance.clone());
+    }
+    // Brokers a finished scale-down removed leave the metadata (and their claims go, per policy).
+    if current_replicas <= cluster.spec.replicas
+        && let Some(a) = admin.as_mut()
+    {
+        let pod_names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+        match moves::forget_departed(client, &cluster, &ns, a, &pod_names, cluster.spec.replicas).await {
+            Ok(done) => {
+                for note in done {
+                    ctx.event(cluster.as_ref(), "BrokerRemoved", "ScaleDown", note).await;
+                }
+            }
+            Err(e) => tracing::warn!(cluster = %name, error = %e, "could not forget departed brokers; retrying"),
+        }
+    }
+
     // Dynamic configs go to running brokers, once no restart is pending.
     if decision == Decision::Done {
         match sync_dynamic_configs(&cluster, &ns, &ctx).await {
@@ -207,6 +256,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     apply_status::<Cluster>(client, &ns, &name, &new_status).await?;
 
     Ok(match decision {
+        Decision::Done if moving => Action::requeue(Duration::from_secs(5)),
         Decision::Done if notes.config.is_none() && notes.scale_down_blocked.is_none() && notes.voters.is_none() => {
             Action::requeue(Duration::from_secs(60))
         }

@@ -58,6 +58,7 @@ pub const RESERVED_CONFIG_KEYS: &[&str] = &[
     printcolumn(name = "Brokers", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyBrokers"),
     printcolumn(name = "Status", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
+    printcolumn(name = "Rebalance", type_ = "string", json_path = ".status.rebalance.progress"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -65,8 +66,11 @@ pub const RESERVED_CONFIG_KEYS: &[&str] = &[
     .message("replicas must be at least controllers.replicas: every controller is also a broker"))]
 pub struct ClusterSpec {
     /// Number of broker pods (node ids 0..replicas-1). The first `controllers.replicas` of them
-    /// are also the metadata quorum's voters; the others follow it. Scaling down is held back
-    /// while a broker that would go still holds partitions (condition `ScaleDownBlocked`).
+    /// are also the metadata quorum's voters; the others follow it. Scaling up spreads existing
+    /// partitions onto the new brokers (`rebalance`); scaling down first moves every replica off
+    /// the departing brokers (the highest ids), then removes them and unregisters them; a
+    /// scale-down that cannot keep every partition's replication factor and
+    /// `min.insync.replicas` is refused (condition `ScaleDownBlocked`).
     #[schemars(range(min = 1))]
     pub replicas: i32,
 
@@ -108,11 +112,51 @@ pub struct ClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<TelemetrySpec>,
 
+    /// How partitions move when brokers come and go.
+    #[serde(default)]
+    pub rebalance: RebalanceSpec,
+
     /// Rack awareness: each broker's `broker.rack` is its node's zone (or region), so the
     /// replicas of a new partition go to different racks where possible, and broker pods are
     /// spread over them. Changing it restarts the brokers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rack: Option<RackSpec>,
+}
+
+/// Partition moves (KIP-455 reassignments) the operator plans itself: balanced replica and
+/// leader counts per broker, rack spread kept, the fewest moves.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RebalanceSpec {
+    /// Spread existing partitions onto new brokers once they are ready (and balance leaders).
+    /// Draining brokers before a scale-down happens whatever this says.
+    #[serde(default = "yes")]
+    pub auto: bool,
+    /// Replication throttle of moves, bytes per second per broker (Kafka's
+    /// `leader.replication.throttled.rate` and `follower.replication.throttled.rate` on every
+    /// broker, and the moving replicas listed per topic, as `kafka-reassign-partitions
+    /// --throttle` sets them); removed when the moves finish. Unset: unthrottled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub throttle_bytes_per_second: Option<i64>,
+    /// Partitions copying data at once.
+    #[serde(default = "five")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_concurrent_moves: i32,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn five() -> i32 {
+    5
+}
+
+impl Default for RebalanceSpec {
+    fn default() -> Self {
+        RebalanceSpec { auto: true, throttle_bytes_per_second: None, max_concurrent_moves: 5 }
+    }
 }
 
 /// Where a broker's rack comes from.
@@ -223,6 +267,11 @@ pub struct StorageSpec {
     /// Use an emptyDir instead of a claim: data is lost when a pod is deleted. For tests.
     #[serde(default)]
     pub ephemeral: bool,
+    /// Delete a broker's PersistentVolumeClaim when a scale-down removes the broker (after its
+    /// replicas moved away and it was unregistered). Off: the claim, and its volume, stay (a
+    /// later scale-up reuses it).
+    #[serde(default)]
+    pub delete_claim: bool,
 }
 
 fn default_storage_size() -> String {
@@ -231,7 +280,7 @@ fn default_storage_size() -> String {
 
 impl Default for StorageSpec {
     fn default() -> Self {
-        StorageSpec { size: default_storage_size(), storage_class: None, ephemeral: false }
+        StorageSpec { size: default_storage_size(), storage_class: None, ephemeral: false, delete_claim: false }
     }
 }
 
@@ -285,6 +334,30 @@ pub struct ClusterStatus {
     /// The metadata quorum (once it exists).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quorum: Option<QuorumStatus>,
+    /// Partition moves of the current (or last) rebalance or drain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalance: Option<RebalanceStatus>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RebalanceStatus {
+    /// `Spreading` onto new brokers, `Draining` departing ones, `Balanced` when done.
+    pub phase: String,
+    /// Partition moves (copying data) this rebalance needs in all.
+    pub planned: i32,
+    /// Partition moves copying data now (at most `spec.rebalance.maxConcurrentMoves`).
+    pub in_flight: i32,
+    /// Partition moves finished.
+    pub done: i32,
+    /// Bytes the moves in flight and waiting still have to copy (from DescribeLogDirs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_left: Option<i64>,
+    /// `done/planned` (the printer column).
+    pub progress: String,
+    /// Topics whose throttled-replica lists this rebalance set (cleared when it ends).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub throttled_topics: Vec<String>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

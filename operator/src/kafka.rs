@@ -1,7 +1,9 @@
 //! A minimal Kafka admin client for the operator, on the kafka-protocol crate: the topic
 //! operations a Topic resource needs (Metadata, CreateTopics, CreatePartitions, DeleteTopics,
 //! DescribeConfigs, IncrementalAlterConfigs) and what a Cluster needs to restart and scale
-//! safely (DescribeQuorum, where partitions live), one connection per reconcile, every call
+//! safely (DescribeQuorum, where partitions live) and to move data when brokers come and go
+//! (AlterPartitionReassignments, ListPartitionReassignments, per-broker throttle configs,
+//! ElectLeaders, UnregisterBroker, DescribeLogDirs), one connection per reconcile, every call
 //! bounded by a timeout. It speaks to brokers exactly as any Kafka admin client does.
 
 use std::collections::BTreeMap;
@@ -9,16 +11,20 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::add_raft_voter_request::Listener as VoterListener;
+use kafka_protocol::messages::alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_quorum_request::{PartitionData as QuorumPartition, TopicData as QuorumTopic};
+use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
 use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    AddRaftVoterRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    DescribeQuorumRequest, IncrementalAlterConfigsRequest, MetadataRequest, RemoveRaftVoterRequest, TopicName,
+    AddRaftVoterRequest, AlterPartitionReassignmentsRequest, BrokerId, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeLogDirsRequest, DescribeQuorumRequest,
+    ElectLeadersRequest, IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
+    RemoveRaftVoterRequest, TopicName, UnregisterBrokerRequest,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
 use oxbow_protocol::client::{decode_response, request_frame};
@@ -99,6 +105,40 @@ pub struct PartitionIsr {
     pub min_insync: i32,
 }
 
+/// A partition as Metadata shows it (during a move, `replicas` is the target followed by the
+/// replicas being removed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionInfo {
+    pub topic: String,
+    pub partition: i32,
+    pub leader: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+/// A move in flight (ListPartitionReassignments).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moving {
+    pub replicas: Vec<i32>,
+    pub adding: Vec<i32>,
+    pub removing: Vec<i32>,
+}
+
+impl Moving {
+    /// Where the partition is going: its replicas without the removing ones.
+    pub fn target(&self) -> Vec<i32> {
+        self.replicas.iter().copied().filter(|r| !self.removing.contains(r)).collect()
+    }
+}
+
+/// A registered broker (DescribeCluster, fenced ones included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub id: i32,
+    pub rack: Option<String>,
+    pub fenced: bool,
+}
+
 /// A topic as the cluster has it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicInfo {
@@ -112,6 +152,10 @@ pub struct TopicInfo {
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 /// Kafka's TOPIC_ALREADY_EXISTS.
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+/// Kafka's PREFERRED_LEADER_NOT_AVAILABLE.
+pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+/// Kafka's ELECTION_NOT_NEEDED.
+pub const ELECTION_NOT_NEEDED: i16 = 84;
 
 /// `Ok` for error code 0 (or one of `ok`), else the broker's refusal.
 fn check(
@@ -322,6 +366,183 @@ impl Admin {
             p.min_insync = min.get(&p.topic).copied().unwrap_or(1);
         }
         Ok(out)
+    }
+
+    /// Every partition with its leader, replicas (in order) and ISR.
+    pub async fn partitions(&mut self) -> Result<Vec<PartitionInfo>, KafkaError> {
+        let mut req = MetadataRequest::default();
+        req.topics = None;
+        req.allow_auto_topic_creation = false;
+        let resp = self.send(12, &req).await?;
+        let mut out = Vec::new();
+        for t in resp.topics {
+            let Some(topic) = t.name.as_ref().map(|n| n.0.to_string()) else { continue };
+            for p in t.partitions {
+                out.push(PartitionInfo {
+                    topic: topic.clone(),
+                    partition: p.partition_index,
+                    leader: p.leader_id.0,
+                    replicas: p.replica_nodes.iter().map(|r| r.0).collect(),
+                    isr: p.isr_nodes.iter().map(|r| r.0).collect(),
+                });
+            }
+        }
+        out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        Ok(out)
+    }
+
+    /// Every registered broker, fenced ones included (DescribeCluster v2).
+    pub async fn brokers(&mut self) -> Result<Vec<BrokerInfo>, KafkaError> {
+        let mut req = DescribeClusterRequest::default();
+        req.include_fenced_brokers = true;
+        let resp = self.send(2, &req).await?;
+        check("describe cluster", "", resp.error_code, resp.error_message.clone(), &[])?;
+        let mut out: Vec<BrokerInfo> = resp
+            .brokers
+            .iter()
+            .map(|b| BrokerInfo {
+                id: b.broker_id.0,
+                rack: b.rack.as_ref().map(|r| r.to_string()),
+                fenced: b.is_fenced,
+            })
+            .collect();
+        out.sort_by_key(|b| b.id);
+        Ok(out)
+    }
+
+    /// The moves in flight, by partition.
+    pub async fn reassignments(&mut self) -> Result<BTreeMap<(String, i32), Moving>, KafkaError> {
+        let mut req = ListPartitionReassignmentsRequest::default();
+        req.topics = None;
+        req.timeout_ms = 30_000;
+        let resp = self.send(0, &req).await?;
+        check("list reassignments", "", resp.error_code, resp.error_message.clone(), &[])?;
+        let mut out = BTreeMap::new();
+        for t in resp.topics {
+            for p in t.partitions {
+                let ids = |v: &[BrokerId]| v.iter().map(|b| b.0).collect::<Vec<i32>>();
+                out.insert(
+                    (t.name.0.to_string(), p.partition_index),
+                    Moving {
+                        replicas: ids(&p.replicas),
+                        adding: ids(&p.adding_replicas),
+                        removing: ids(&p.removing_replicas),
+                    },
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    /// Starts (or, with `None`, cancels) moves; a partition the cluster refuses fails the call
+    /// with its error (the others still take effect, as in Kafka).
+    pub async fn reassign(&mut self, moves: &[(String, i32, Option<Vec<i32>>)]) -> Result<(), KafkaError> {
+        let mut topics: BTreeMap<&str, Vec<ReassignablePartition>> = BTreeMap::new();
+        for (t, p, to) in moves {
+            let mut rp = ReassignablePartition::default();
+            rp.partition_index = *p;
+            rp.replicas = to.as_ref().map(|r| r.iter().map(|b| BrokerId(*b)).collect());
+            topics.entry(t.as_str()).or_default().push(rp);
+        }
+        let mut req = AlterPartitionReassignmentsRequest::default();
+        req.timeout_ms = 30_000;
+        req.topics = topics
+            .into_iter()
+            .map(|(t, partitions)| {
+                let mut rt = ReassignableTopic::default();
+                rt.name = name(t);
+                rt.partitions = partitions;
+                rt
+            })
+            .collect();
+        let resp = self.send(0, &req).await?;
+        check("reassign", "", resp.error_code, resp.error_message.clone(), &[])?;
+        for t in resp.responses {
+            for p in t.partitions {
+                check(
+                    "reassign",
+                    &format!("{}-{}", t.name.0.as_str(), p.partition_index),
+                    p.error_code,
+                    p.error_message,
+                    &[],
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Preferred leader elections for `partitions` (ELECTION_NOT_NEEDED and
+    /// PREFERRED_LEADER_NOT_AVAILABLE are not errors: nothing to do, or not yet).
+    pub async fn elect_preferred(&mut self, partitions: &[(String, i32)]) -> Result<(), KafkaError> {
+        let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for (t, p) in partitions {
+            by_topic.entry(t.as_str()).or_default().push(*p);
+        }
+        let mut req = ElectLeadersRequest::default();
+        req.election_type = 0;
+        req.timeout_ms = 30_000;
+        req.topic_partitions = Some(
+            by_topic
+                .into_iter()
+                .map(|(t, ps)| {
+                    let mut tp = TopicPartitions::default();
+                    tp.topic = name(t);
+                    tp.partitions = ps;
+                    tp
+                })
+                .collect(),
+        );
+        let resp = self.send(2, &req).await?;
+        check("elect leaders", "", resp.error_code, None, &[])?;
+        for r in resp.replica_election_results {
+            for p in r.partition_result {
+                let what = format!("{}-{}", r.topic.0.as_str(), p.partition_id);
+                check(
+                    "elect leader of",
+                    &what,
+                    p.error_code,
+                    p.error_message,
+                    &[ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE],
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// UnregisterBroker: broker `id` leaves the cluster's metadata for good.
+    pub async fn unregister_broker(&mut self, id: i32) -> Result<(), KafkaError> {
+        let mut req = UnregisterBrokerRequest::default();
+        req.broker_id = BrokerId(id);
+        let resp = self.send(0, &req).await?;
+        check("unregister broker", &id.to_string(), resp.error_code, resp.error_message, &[])
+    }
+
+    /// Sizes in bytes of the partitions in the connected broker's log dirs (DescribeLogDirs).
+    pub async fn log_sizes(&mut self) -> Result<BTreeMap<(String, i32), i64>, KafkaError> {
+        let mut req = DescribeLogDirsRequest::default();
+        req.topics = None;
+        let resp = self.send(1, &req).await?;
+        check("describe log dirs", "", resp.error_code, None, &[])?;
+        let mut out = BTreeMap::new();
+        for d in resp.results {
+            for t in d.topics {
+                for p in t.partitions {
+                    out.insert((t.name.0.to_string(), p.partition_index), p.partition_size);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sets `set` and removes `delete` of broker `id`'s own dynamic configs. Kafka takes these
+    /// only from that broker itself: connect to it.
+    pub async fn alter_own_broker_configs(
+        &mut self,
+        id: i32,
+        set: &BTreeMap<String, String>,
+        delete: &[String],
+    ) -> Result<(), KafkaError> {
+        self.alter_configs(RESOURCE_BROKER, &id.to_string(), set, delete).await
     }
 
     /// The topic, or `None` if the cluster does not have it.

@@ -168,6 +168,8 @@ pub fn server_properties(cluster: &Cluster, settings: &Settings, voters: Option<
 /// admin test checks this list against what a broker reports as updatable.
 pub const DYNAMIC_BROKER_KEYS: &[&str] = &[
     "compression.type",
+    "follower.replication.throttled.rate",
+    "leader.replication.throttled.rate",
     "log.cleaner.delete.retention.ms",
     "log.cleaner.max.compaction.lag.ms",
     "log.cleaner.min.cleanable.ratio",
@@ -192,6 +194,7 @@ pub const DYNAMIC_BROKER_KEYS: &[&str] = &[
     "log.segment.delete.delay.ms",
     "message.max.bytes",
     "min.insync.replicas",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
     "unclean.leader.election.enable",
 ];
 

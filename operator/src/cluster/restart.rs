@@ -114,11 +114,7 @@ pub fn scale_to(
     if holding.is_empty() {
         return (want, None);
     }
-    let hint = if holding.iter().any(|h| h.contains("partition replica")) {
-        "; move or delete them first (partition reassignment is not automated yet)"
-    } else {
-        ""
-    };
+    let hint = if holding.iter().any(|h| h.contains("partition replica")) { "; their replicas move first" } else { "" };
     (current, Some(format!("scaling to {want} waits: {}{hint}", holding.join(", "))))
 }
 

@@ -126,12 +126,37 @@ pub fn status(
         ),
     ];
     let blocked = notes.scale_down_blocked.as_deref();
+    let blocked_reason = match (blocked, notes.scale_down_refused) {
+        (None, _) => "NotBlocked",
+        (Some(_), true) => "CannotDrain",
+        (Some(_), false) => "Draining",
+    };
+    // Blocked only when it cannot be done; a scale-down waiting for its drain is not blocked.
     conditions.push(condition(
         &old,
         "ScaleDownBlocked",
-        blocked.is_some(),
-        if blocked.is_some() { "BrokersHoldPartitions" } else { "NotBlocked" },
+        blocked.is_some() && notes.scale_down_refused,
+        blocked_reason,
         blocked.unwrap_or("no scale-down is waiting").to_string(),
+        generation,
+    ));
+    let rebalancing = notes.rebalance.as_ref().filter(|r| r.phase != "Balanced");
+    conditions.push(condition(
+        &old,
+        "Rebalancing",
+        rebalancing.is_some(),
+        rebalancing.map_or("Balanced", |r| r.phase.as_str()),
+        match rebalancing {
+            Some(r) => format!(
+                "{}: {} of {} partition move(s) done, {} in flight{}",
+                r.phase,
+                r.done,
+                r.planned,
+                r.in_flight,
+                r.bytes_left.map(|b| format!(", {b} bytes left")).unwrap_or_default()
+            ),
+            None => "no partition moves in progress".into(),
+        },
         generation,
     ));
     ClusterStatus {
@@ -165,6 +190,7 @@ pub fn status(
             .quorum
             .as_ref()
             .map(|q| QuorumStatus { leader: q.leader, voters: q.voters.iter().map(|(id, _)| *id).collect() }),
+        rebalance: notes.rebalance.clone(),
     }
 }
 
@@ -179,4 +205,8 @@ pub struct Notes {
     pub quorum: Option<Quorum>,
     /// A change of the quorum's voters in progress or waiting, and what it is.
     pub voters: Option<String>,
+    /// `scale_down_blocked` says the scale-down cannot be done (not only that it waits).
+    pub scale_down_refused: bool,
+    /// The partition moves of the current or last rebalance.
+    pub rebalance: Option<crate::crd::RebalanceStatus>,
 }

@@ -69,7 +69,12 @@ fn cluster_with_every_override() {
         controllers: Some(ControllersSpec { mode: ControllerMode::Combined, replicas: 3 }),
         image: Some("localhost/oxbow/oxbow-broker:dev".into()),
         image_pull_policy: Some(PullPolicy::IfNotPresent),
-        storage: StorageSpec { size: "1Gi".into(), storage_class: Some("fast".into()), ephemeral: false },
+        storage: StorageSpec {
+            size: "1Gi".into(),
+            storage_class: Some("fast".into()),
+            ephemeral: false,
+            delete_claim: false,
+        },
         config: BTreeMap::from([
             ("log.retention.ms".to_string(), "3600000".to_string()),
             ("num.partitions".to_string(), "3".to_string()),
