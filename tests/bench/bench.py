@@ -365,6 +365,138 @@ def round_for(cls, binary_cp: str, workdir: Path, args, res: Results, produce: l
         b.kill()
 
 
+class Pair:
+    """Two nodes of one kind on 127.0.0.1 for the reassignment workload: node 1 a combined
+    broker and controller (the whole metadata quorum), node 2 broker-only, with the same
+    server.properties keys for both kinds (Kafka's), Kafka's JVM as in the single-node rounds."""
+
+    def __init__(self, kind: str, workdir: Path, classpath: str):
+        self.kind = kind
+        self.classpath = classpath
+        self.ports = {1: free_port(), 2: free_port()}
+        self.cport = free_port()
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.workdir = workdir
+        self.log4j = workdir / "kafka-log4j.properties"
+        self.log4j.write_text("log4j.rootLogger=WARN, stdout\nlog4j.appender.stdout=org.apache.log4j.ConsoleAppender\n"
+                              "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
+                              "log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n\n")
+        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+    def conf(self, node: int) -> dict:
+        listeners = [f"PLAINTEXT://127.0.0.1:{self.ports[node]}"]
+        if node == 1:
+            listeners.append(f"CONTROLLER://127.0.0.1:{self.cport}")
+        return {
+            **COMMON,
+            "node.id": str(node),
+            "process.roles": "broker,controller" if node == 1 else "broker",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.cport}",
+            "controller.listener.names": "CONTROLLER",
+            "listeners": ",".join(listeners),
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.ports[node]}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.workdir / f"{self.kind}-node{node}"),
+            "cluster.id": self.cluster_id,
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+        }
+
+    def start(self) -> None:
+        for node in (1, 2):
+            conf = self.conf(node)
+            out = open(self.workdir / f"{self.kind}-node{node}.log", "ab")
+            if self.kind == "oxbow":
+                cmd = [str(Oxbow.binary)] + [a for k, v in conf.items() for a in ("--override", f"{k}={v}")]
+            else:
+                conf.pop("cluster.id")
+                props = self.workdir / f"kafka-node{node}.properties"
+                props.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+                jvm = ["java", f"-Dlog4j.configuration=file:{self.log4j}", "-cp", self.classpath]
+                subprocess.run(jvm + ["-Xmx512m", "kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}",
+                                      "-c", str(props)], check=True, stdout=subprocess.DEVNULL)
+                cmd = jvm[:1] + KAFKA_JVM + jvm[1:] + ["kafka.Kafka", str(props)]
+            self.procs[node] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                                env={**os.environ, "NO_COLOR": "1"})
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            for node, p in self.procs.items():
+                if p.poll() is not None:
+                    raise RuntimeError(f"{self.kind} node {node} exited with {p.returncode}; see {self.workdir}")
+            try:
+                md = AdminClient({"bootstrap.servers": self.bootstrap(), "log_level": 0}).list_topics(timeout=2)
+                if sorted(md.brokers) == [1, 2]:
+                    return
+            except Exception:  # noqa: BLE001 - retried until the deadline
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.kind}: two brokers not registered within 300 s; see {self.workdir}")
+
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.ports[1]},127.0.0.1:{self.ports[2]}"
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                p.wait(30)
+
+
+def timed_move(pair: Pair, topic: str, to: int, throttle: int | None) -> float:
+    """Seconds from launching kafka-reassign-partitions (the same JVM start for both kinds) until
+    Metadata shows the partition on broker `to` alone, in sync."""
+    from confluent_kafka.admin import AdminClient
+
+    plan = pair.workdir / f"move-to-{to}.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [to]}]}))
+    args = ["--bootstrap-server", pair.bootstrap(), "--reassignment-json-file", str(plan)]
+    admin = AdminClient({"bootstrap.servers": pair.bootstrap(), "log_level": 0})
+    t0 = time.monotonic()
+    java_tool(pair.classpath, "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+              ["--execute", *args, *(["--throttle", str(throttle)] if throttle else [])])
+    while True:
+        p = admin.list_topics(topic=topic, timeout=10).topics[topic].partitions[0]
+        if list(p.replicas) == [to] and list(p.isrs) == [to]:
+            elapsed = time.monotonic() - t0
+            break
+        if time.monotonic() - t0 > 3600:
+            raise RuntimeError(f"{pair.kind}: the move to broker {to} did not complete within an hour")
+        time.sleep(0.05)
+    # --verify removes the throttles once the move is done (as an operator runs it).
+    java_tool(pair.classpath, "org.apache.kafka.tools.reassign.ReassignPartitionsCommand", ["--verify", *args])
+    return elapsed
+
+
+def move_round(kind: str, cp: str, workdir: Path, args, res: Results) -> None:
+    """Moves one partition holding `--move-gb` of 1 KiB records from broker 1 to broker 2
+    unthrottled, then back with a throttle of `--move-throttle-mb` MB/s."""
+    pair = Pair(kind, workdir, cp)
+    try:
+        pair.start()
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": pair.bootstrap(), "log_level": 0})
+        topic = "bench-move"
+        admin.create_topics([NewTopic(topic, replica_assignment=[[1]])])[topic].result(60)
+        n = max(1000, int(args.move_gb * 2**30 / 1024))
+        log(f"{kind}: filling {args.move_gb} GiB into one partition on broker 1")
+        java_tool(cp, "org.apache.kafka.tools.ProducerPerformance",
+                  ["--topic", topic, "--num-records", str(n), "--record-size", "1024", "--throughput", "-1",
+                   "--producer-props", f"bootstrap.servers=127.0.0.1:{pair.ports[1]}", "acks=1",
+                   *[f"{k}={v}" for k, v in PRODUCER.items()]])
+        work = f"move {args.move_gb} GiB partition to a new broker"
+        res.add(f"{work}, unthrottled", "time to in sync", "s", "lower", kind, timed_move(pair, topic, 2, None))
+        rate = int(args.move_throttle_mb * 2**20)
+        res.add(f"{work}, throttled {args.move_throttle_mb} MiB/s", "time to in sync", "s", "lower", kind,
+                timed_move(pair, topic, 1, rate))
+    finally:
+        pair.stop()
+
+
 def machine() -> dict:
     cpu = "unknown"
     try:
@@ -439,11 +571,14 @@ def main() -> int:
     ap.add_argument("--latency-rate", type=int, default=1000)
     ap.add_argument("--latency-seconds", type=int, default=30)
     ap.add_argument("--recovery-gb", type=float, default=5.0)
+    ap.add_argument("--move-gb", type=float, default=1.0, help="GiB in the partition the reassignment moves")
+    ap.add_argument("--move-throttle-mb", type=float, default=100.0, help="MiB/s throttle of the throttled move")
     ap.add_argument("--no-build", action="store_true", help="use the existing oxbow-broker binary")
     args = ap.parse_args()
     if args.smoke:
         args.rounds, args.records_1k, args.records_100b = 1, 20_000, 50_000
         args.latency_rate, args.latency_seconds, args.recovery_gb = 500, 3, 0.02
+        args.move_gb, args.move_throttle_mb = 0.02, 5.0
 
     t0 = time.monotonic()
     cp = java_classpath()
@@ -473,6 +608,10 @@ def main() -> int:
                 log(f"round {r + 1}/{args.rounds}: {cls.name}")
                 round_for(cls, cp, d, args, res, produce)
                 shutil.rmtree(d, ignore_errors=True)
+                d.mkdir()
+                log(f"round {r + 1}/{args.rounds}: {cls.name}, partition reassignment (two nodes)")
+                move_round(cls.name, cp, d, args, res)
+                shutil.rmtree(d, ignore_errors=True)
 
     rows = summarize(res)
     meta = {
@@ -494,6 +633,7 @@ def main() -> int:
             f"recovery: {args.recovery_gb} GB of 1 KiB records in one partition, SIGKILL, time from restart to serving Metadata",
             f"rounds: {args.rounds} per broker, alternating; figures are medians; before every produce run: sync and drop clean page cache (both brokers alike)",
             "broker CPU: utime+stime of the broker process during each produce run, per GB of record payload",
+            f"reassignment: two nodes of a kind (node 1 broker and the controller quorum, node 2 broker-only; Kafka with the JVM above on each), one partition of {args.move_gb} GiB of 1 KiB records on node 1 moved to node 2 with kafka-reassign-partitions --execute, then back with --throttle {args.move_throttle_mb} MiB/s; time from launching the tool (its JVM start included, the same for both) until Metadata shows the new replica alone and in sync",
         ],
         "smoke": args.smoke,
     }

@@ -13,8 +13,14 @@ the images tests/k8s/load-images built.
     the next, the active controller last (clean shutdowns, config applied, records intact), with
     an Event per restart saying why; a dynamic one (log.retention.ms) is applied to the running
     brokers, seen by kafka-topics, with no restart;
-  - `kubectl scale` to 4 brokers: the 4th joins and serves; scaling back to 3 is held back
-    (condition ScaleDownBlocked) while the 4th holds partitions, and happens once it holds none;
+  - with Kafka's Java producer (idempotent, acks=all) and a kcat consumer running throughout
+    on a replication factor 3 topic: `kubectl scale` 3 -> 5 spreads existing replicas onto
+    the new brokers (throttled; Rebalancing condition and printer column; replicas per broker
+    within one; throttles cleared, as kafka-configs shows), 5 -> 3 drains brokers 3 and 4
+    first (the operator pod deleted mid-drain: the new one resumes from the metadata), then
+    removes them, unregisters them and deletes their claims; a scale-down to 2 with RF 3
+    topics is refused (ScaleDownBlocked, CannotDrain); acknowledged / lost / duplicated of the
+    load are printed (lost 0, duplicated 0);
   - `controllers.replicas` 3 -> 1 -> 3: voters removed (the active controller last) and added
     one at a time, an Event each, topics created under each quorum, no broker restarted and
     server.properties unchanged;
@@ -34,8 +40,10 @@ Exits non-zero with the reason on the first failure.
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from kubetest import Suite
@@ -142,18 +150,30 @@ def quorum_events(reason):
 HOSTS = tempfile.NamedTemporaryFile("w", prefix="oxbow-e2e-hosts", delete=False).name
 
 
+def refresh_hosts():
+    """Maps each broker's cluster DNS name to its pod IP for the JVMs on the host (written whole
+    and renamed: a JVM resolving meanwhile never reads half a file)."""
+    pods = kjson("get", "pods", "-n", NS, "-l", "app.kubernetes.io/instance=events")["items"]
+    lines = [f"{p['status']['podIP']} {p['metadata']['name']}.events-brokers.{NS}.svc.cluster.local\n"
+             for p in pods if p["status"].get("podIP")]
+    with open(HOSTS + ".new", "w") as f:
+        f.writelines(lines)
+    os.replace(HOSTS + ".new", HOSTS)
+    return [p["status"]["podIP"] for p in pods if p["status"].get("podIP")]
+
+
+def kafka_tool(main_class, *args, check=True):
+    """One of Kafka's own tools (its jars, unchanged) from the host, with the brokers' DNS names
+    resolved through the hosts file."""
+    ip = refresh_hosts()[0]
+    return run("java", f"-Djdk.net.hosts.file={HOSTS}", "-Dlog4j.configuration=file:/dev/null", "-cp",
+               java_classpath(), main_class, "--bootstrap-server", f"{ip}:9092", *args, check=check).stdout
+
+
 def kafka_topics(*args, check=True):
     """Kafka's own kafka-topics.sh (TopicCommand) from the host. Brokers advertise cluster DNS
     names; the JVM resolves them through a hosts file that maps each to its pod IP."""
-    pods = kjson("get", "pods", "-n", NS, "-l", "app.kubernetes.io/instance=events")["items"]
-    with open(HOSTS, "w") as f:
-        for p in pods:
-            if p["status"].get("podIP"):
-                f.write(f"{p['status']['podIP']} {p['metadata']['name']}.events-brokers.{NS}.svc.cluster.local\n")
-    ip = pods[0]["status"]["podIP"]
-    return run("java", f"-Djdk.net.hosts.file={HOSTS}", "-Dlog4j.configuration=file:/dev/null", "-cp",
-               java_classpath(), "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", f"{ip}:9092",
-               *args, check=check).stdout
+    return kafka_tool("org.apache.kafka.tools.TopicCommand", *args, check=check)
 
 
 def describe(topic):
@@ -202,6 +222,184 @@ def topic_state(name, ready=True, reason=None):
 def kcat(*args, input=None):
     return run("kubectl", "exec", "-i", "-n", NS, "client", "--", "kcat", "-b", "events-bootstrap:9092", *args,
                input=input).stdout
+
+
+PRODUCE_JAVA = os.path.join(ROOT, "tests", "clients", "java", "Produce.java")
+
+
+class Load:
+    """Kafka's Java producer (idempotent, acks=all; tests/clients/java/Produce.java) on the host
+    and a kcat consumer inside the cluster, both running through the scaling steps, on `load`
+    (6 partitions, replication factor 3, min.insync.replicas 2) after 60 MB of prefill, so that
+    throttled moves take a while. Keys are the producer's values (the prefill has none)."""
+
+    def __init__(self):
+        kubectl("apply", "-f", "-", input=topic_yaml("load", 6, {"min.insync.replicas": "2"}, replication_factor=3))
+        wait("Topic load Ready", topic_state("load"), 120)
+        ips = refresh_hosts()
+        self.bootstrap = ",".join(f"{ip}:9092" for ip in ips)
+        run("java", f"-Djdk.net.hosts.file={HOSTS}", "-Dlog4j.configuration=file:/dev/null", "-cp", java_classpath(),
+            "org.apache.kafka.tools.ProducerPerformance", "--topic", "load", "--num-records", "6000",
+            "--record-size", "10000", "--throughput", "-1", "--producer-props", f"bootstrap.servers={self.bootstrap}",
+            "acks=all")
+        self.dir = tempfile.mkdtemp(prefix="oxbow-e2e-load")
+        self.acked_file, self.stop_file = os.path.join(self.dir, "acked"), os.path.join(self.dir, "stop")
+        self.producer = subprocess.Popen(
+            ["java", f"-Djdk.net.hosts.file={HOSTS}", "-cp", java_classpath(), PRODUCE_JAVA, self.bootstrap, "load",
+             "j", self.acked_file, self.stop_file], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.consumed = open(os.path.join(self.dir, "consumed"), "w+")
+        self.consumer = subprocess.Popen(
+            ["kubectl", "exec", "-n", NS, "client", "--", "kcat", "-b", "events-bootstrap:9092", "-C", "-t", "load",
+             "-o", "beginning", "-u", "-q", "-f", "%k\n"], stdout=self.consumed, stderr=subprocess.DEVNULL)
+        # New broker pods get names the JVM must resolve: keep the hosts file current.
+        self.stop = threading.Event()
+        self.refresher = threading.Thread(target=self._refresh, daemon=True)
+        self.refresher.start()
+        step(f"load running: Java producer (bootstrap {self.bootstrap}), kcat consumer in the client pod")
+
+    def _refresh(self):
+        while not self.stop.wait(2):
+            try:
+                refresh_hosts()
+            except (SystemExit, Exception):  # noqa: BLE001 - the next round retries
+                pass
+
+    def consumed_keys(self):
+        with open(self.consumed.name) as f:
+            return [k for k in f.read().split() if k.startswith("j")]
+
+    def finish(self):
+        step("load: stopping the producer; the consumer that ran throughout and a fresh read must hold every "
+             "acknowledged record")
+        open(self.stop_file, "w").close()
+        out, err = self.producer.communicate(timeout=360)
+        if self.producer.returncode != 0:
+            fail(f"the load producer failed: {err[-3000:]}")
+        summary = json.loads(out.strip().splitlines()[-1])
+        with open(self.acked_file) as f:
+            acked = set(f.read().split())
+        if not acked or summary["failed"]:
+            fail(f"load producer: {summary}")
+        wait("the consumer that ran throughout to read every acknowledged record",
+             lambda: acked <= set(self.consumed_keys()), 180)
+        self.consumer.terminate()
+        self.stop.set()
+        throughout = self.consumed_keys()
+        final = [k for k in kcat("-C", "-t", "load", "-o", "beginning", "-e", "-q", "-f", "%k\n").split()
+                 if k.startswith("j")]
+        lost = acked - set(final)
+        dup = len(final) - len(set(final))
+        step(f"load: acknowledged {len(acked)} / lost {len(lost)} / duplicated {dup} (fresh read); the consumer "
+             f"that ran throughout read {len(set(throughout))} distinct; producer's longest stall "
+             f"{summary['longest_stall_ms']} ms")
+        if lost or dup:
+            fail(f"lost {sorted(lost)[:10]}, {dup} duplicated")
+
+
+def placement():
+    """(replicas per broker, leaders per broker, partition -> replicas) over every topic."""
+    md = json.loads(kcat("-L", "-J"))
+    replicas, leaders, where = {}, {}, {}
+    for t in md["topics"]:
+        for p in t["partitions"]:
+            ids = [r["id"] for r in p["replicas"]]
+            where[(t["topic"], p["partition"])] = (ids, sorted(r["id"] for r in p["isrs"]))
+            for i in ids:
+                replicas[i] = replicas.get(i, 0) + 1
+            leaders[p["leader"]] = leaders.get(p["leader"], 0) + 1
+    return dict(sorted(replicas.items())), dict(sorted(leaders.items())), where
+
+
+def rebalance_status():
+    c = kjson("get", "cluster", "-n", NS, "events")
+    return c, (c.get("status") or {}).get("rebalance") or {}
+
+
+def spread_and_drain(load, brokers_are):
+    """kubectl scale 3 -> 5 (replicas spread onto the new brokers) and 5 -> 3 (drained first,
+    the operator pod deleted mid-drain, then removed, unregistered, their claims deleted)."""
+    step("kubectl scale 3 -> 5: existing partitions spread onto brokers 3 and 4, throttled")
+    kubectl("patch", "cluster/events", "-n", NS, "--type=merge", "-p",
+            json.dumps({"spec": {"rebalance": {"throttleBytesPerSecond": 1000000, "maxConcurrentMoves": 5}}}))
+    before = placement()
+    step(f"before: replicas per broker {before[0]}, leaders per broker {before[1]}")
+    kubectl("scale", "cluster/events", "-n", NS, "--replicas=5")
+    wait("5 brokers Ready", lambda: rebalance_status()[0]["status"].get("readyBrokers") == 5, 300)
+    wait("kcat metadata: brokers 0..4", brokers_are(5), 90)
+    seen = {"rebalancing": set(), "column": set()}
+
+    def balanced():
+        c, r = rebalance_status()
+        if condition(c, "Rebalancing").get("status") == "True":
+            seen["rebalancing"].add(condition(c, "Rebalancing")["message"].split(",")[0])
+        if r.get("progress"):
+            seen["column"].add(r["progress"])
+        return r if r.get("phase") == "Balanced" and r.get("planned", 0) > 0 \
+            and condition(c, "Rebalancing").get("status") == "False" else None
+
+    r = wait("the spread to finish (status.rebalance Balanced)", balanced, 900)
+    replicas, leaders, where = placement()
+    step(f"after: replicas per broker {replicas}, leaders per broker {leaders}; {r['planned']} moves; "
+         f"Rebalancing seen: {sorted(seen['rebalancing'])[:4]}; printer column seen: {sorted(seen['column'])[:6]}")
+    if not seen["rebalancing"]:
+        fail("the Rebalancing condition was never True during the spread")
+    if set(replicas) != set(range(5)) or max(replicas.values()) - min(replicas.values()) > 1:
+        fail(f"replicas per broker after the spread: {replicas}")
+    on_new = {b for (t, _), (ids, _) in where.items() if t == "load" for b in ids} & {3, 4}
+    if on_new != {3, 4}:
+        fail(f"no replica of load on broker(s) {sorted({3, 4} - on_new)}")
+    if r.get("throttledTopics"):
+        fail(f"throttled topics left after the spread: {r}")
+    for b in (3, 4):
+        got = kafka_tool("kafka.admin.ConfigCommand", "--describe", "--entity-type", "brokers", "--entity-name", str(b))
+        if "throttled.rate" in got:
+            fail(f"broker {b} still has a replication throttle after the spread:\n{got}")
+    got = kafka_tool("kafka.admin.ConfigCommand", "--describe", "--entity-type", "topics", "--entity-name", "load")
+    if "throttled.replicas" in got:
+        fail(f"topic load still has throttled replicas after the spread:\n{got}")
+    wait("every replica in sync after the spread", lambda: all(
+        sorted(ids) == isr for ids, isr in placement()[2].values()), 120)
+
+    step("kubectl scale 5 -> 3: brokers 3 and 4 drained first (the operator pod deleted mid-drain), then removed, "
+         "unregistered, their claims deleted (storage.deleteClaim)")
+    kubectl("patch", "cluster/events", "-n", NS, "--type=merge", "-p",
+            json.dumps({"spec": {"storage": {"deleteClaim": True}}}))
+    operators = {p["metadata"]["uid"] for p in kjson("get", "pods", "-n", OP_NS)["items"]}
+    kubectl("scale", "cluster/events", "-n", NS, "--replicas=3")
+    r = wait("the drain to be under way", lambda: (r := rebalance_status()[1]).get("phase") == "Draining"
+             and r.get("inFlight", 0) > 0 and r, 300)
+    if {"events-broker-3", "events-broker-4"} - set(broker_pods()):
+        fail("a departing broker was removed before its replicas moved away")
+    kubectl("delete", "pod", "-n", OP_NS, "-l", "app.kubernetes.io/name=oxbow-operator", "--wait=false")
+    step(f"operator pod deleted mid-drain at {r['progress']} ({r.get('inFlight')} in flight, "
+         f"{r.get('bytesLeft')} bytes left)")
+    wait("a new operator pod", lambda: any(p["metadata"]["uid"] not in operators and p["status"].get("phase")
+                                           == "Running" for p in kjson("get", "pods", "-n", OP_NS)["items"]), 120)
+    wait("brokers 3 and 4 removed after the drain", lambda: not {"events-broker-3", "events-broker-4"}
+         & set(broker_pods()), 900)
+    c = wait("Cluster events Ready with 3 brokers", cluster_ready("events"), 180)
+    if condition(c, "ScaleDownBlocked").get("status") != "False" or c["status"]["readyBrokers"] != 3:
+        fail(f"after the scale-down: {c['status']}")
+    replicas, leaders, where = placement()
+    step(f"after the drain: replicas per broker {replicas}, leaders per broker {leaders}; "
+         f"status {c['status'].get('rebalance')}")
+    if set(replicas) - {0, 1, 2}:
+        fail(f"replicas left on departed brokers: {replicas}")
+
+    def registered():
+        image = json.loads(kubectl("exec", "-n", NS, "client", "--", "wget", "-qO-",
+                                   "http://events-broker-0.events-brokers:8080/metadata"))
+        b = image["brokers"]
+        return sorted(int(k) for k in b) if isinstance(b, dict) else sorted(x["node_id"] for x in b)
+
+    wait("brokers 3 and 4 unregistered (broker 0's metadata image)", lambda: registered() == [0, 1, 2], 120)
+    wait("the departed brokers' claims deleted", lambda: not {"data-events-broker-3", "data-events-broker-4"} & {
+        p["metadata"]["name"] for p in kjson("get", "pvc", "-n", NS)["items"]}, 120)
+    removed = [e.get("note") or e.get("message", "") for e in kjson("get", "events", "-n", NS)["items"]
+               if e.get("reason") == "BrokerRemoved"]
+    step(f"registered brokers {registered()}; BrokerRemoved events: {sorted(removed)}")
+    wait("every replica in sync after the drain", lambda: all(
+        sorted(ids) == isr for ids, isr in placement()[2].values()), 120)
 
 
 def main():
@@ -421,28 +619,8 @@ def main():
     if "orders" in listed or "legacy" not in listed:
         fail(f"after deleting the Topics, kafka-topics --list shows {listed}")
 
-    step("kubectl scale: a 4th broker joins (following the quorum); scaling down waits while it holds partitions")
-    kubectl("scale", "cluster/events", "-n", NS, "--replicas=4")
-    wait("4 brokers Ready", lambda: (x := kjson("get", "cluster", "-n", NS, "events"))["status"].get("readyBrokers")
-         == 4 and condition(x, "Ready").get("status") == "True", 300)
-    wait("kcat metadata: brokers 0..3", brokers_are(4), 90)
-    kafka_topics("--create", "--topic", "spread", "--partitions", "8")
-    placed = {r["leader"] for t in json.loads(kcat("-L", "-J", "-t", "spread"))["topics"] for r in t["partitions"]}
-    if 3 not in placed:
-        fail(f"partitions of spread led by {placed}: none on the new broker")
-    kubectl("scale", "cluster/events", "-n", NS, "--replicas=3")
-    c = wait("ScaleDownBlocked", lambda: (x := kjson("get", "cluster", "-n", NS, "events"))
-             and condition(x, "ScaleDownBlocked").get("status") == "True" and x, 60)
-    if "broker 3 holds" not in condition(c, "ScaleDownBlocked")["message"]:
-        fail(f"ScaleDownBlocked: {condition(c, 'ScaleDownBlocked')}")
-    step(f"held back: {condition(c, 'ScaleDownBlocked')['message']}")
-    if "events-broker-3" not in broker_pods():
-        fail("broker 3 was removed while it held partitions")
-    kafka_topics("--delete", "--topic", "spread")
-    wait("broker 3 removed once it holds nothing", lambda: "events-broker-3" not in broker_pods(), 180)
-    c = wait("Cluster events Ready with 3 brokers", cluster_ready("events"), 120)
-    if condition(c, "ScaleDownBlocked").get("status") != "False" or c["status"]["readyBrokers"] != 3:
-        fail(f"after the scale-down: {c['status']}")
+    load = Load()
+    spread_and_drain(load, brokers_are)
     broker_uids = pod_uids()
 
     step("controllers 3 -> 1 -> 3: voters removed and added one at a time, no broker restarted")
@@ -466,6 +644,24 @@ def main():
     kafka_topics("--create", "--topic", "one-voter", "--partitions", "3")
     if pod_uids() != broker_uids:
         fail("changing controllers.replicas restarted a broker")
+
+    step("a scale-down that cannot keep the replication factor (RF 3 topics, 2 brokers) is refused")
+    kubectl("scale", "cluster/events", "-n", NS, "--replicas=2")
+    c = wait("ScaleDownBlocked", lambda: (x := kjson("get", "cluster", "-n", NS, "events"))
+             and condition(x, "ScaleDownBlocked").get("status") == "True" and x, 120)
+    blocked = condition(c, "ScaleDownBlocked")
+    if blocked.get("reason") != "CannotDrain" or "replication factor 3 but only 2 broker(s) would remain" \
+            not in blocked.get("message", ""):
+        fail(f"ScaleDownBlocked: {blocked}")
+    step(f"refused: {blocked['message']}")
+    time.sleep(10)  # a wrong drain or shrink would start within two reconciles
+    if pod_uids() != broker_uids or kjson("get", "statefulset", "-n", NS, "events-broker")["spec"]["replicas"] != 3:
+        fail("the refused scale-down removed or restarted a broker")
+    if any(len(r) != 3 for r, _ in in_sync("replicated").values()):
+        fail(f"the refused scale-down moved replicas: {in_sync('replicated')}")
+    kubectl("scale", "cluster/events", "-n", NS, "--replicas=3")
+    wait("ScaleDownBlocked cleared", lambda: condition(kjson("get", "cluster", "-n", NS, "events"),
+                                                       "ScaleDownBlocked").get("status") == "False", 60)
     kubectl("patch", "cluster/events", "-n", NS, "--type=merge", "-p", '{"spec":{"controllers":{"replicas":3}}}')
     c = wait("voters [0, 1, 2]", voters_are([0, 1, 2]), 300)
     added = quorum_events("VoterAdded")
@@ -480,6 +676,7 @@ def main():
         fail("changing controllers.replicas restarted a broker")
     if kjson("get", "configmap", "-n", NS, "events-config")["data"]["server.properties"] != properties:
         fail("changing controllers.replicas changed server.properties")
+    load.finish()
 
     step("helm upgrade restarts the operator and no broker")
     op_before = {p["metadata"]["uid"] for p in kjson("get", "pods", "-n", OP_NS)["items"]}

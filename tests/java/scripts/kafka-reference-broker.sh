@@ -27,15 +27,17 @@ POM
   mvn -q -B -f "$ref/pom.xml" dependency:copy-dependencies -DoutputDirectory="$lib" -DincludeScope=runtime >&2
   touch "$lib/.complete"
 fi
-# Kafka's jars bring slf4j-api 1.7 and reload4j but no binding: add one so the broker logs.
-if [ ! -f "$ref/logging/slf4j-reload4j-1.7.36.jar" ]; then
-  mvn -q -B dependency:copy -Dartifact=org.slf4j:slf4j-reload4j:1.7.36 -DoutputDirectory="$ref/logging" >&2
+# Kafka's jars bring slf4j-api 1.7 and log4j 2 but no slf4j binding (and no reload4j: the
+# slf4j-reload4j binding alone makes StorageTool die with NoClassDefFoundError
+# org/apache/log4j/Level): log4j-slf4j-impl routes the broker's logging to log4j 2.
+if [ ! -f "$ref/logging/log4j-slf4j-impl-2.24.3.jar" ]; then
+  mvn -q -B dependency:copy -Dartifact=org.apache.logging.log4j:log4j-slf4j-impl:2.24.3 -DoutputDirectory="$ref/logging" >&2
 fi
-printf '%s\n' 'log4j.rootLogger=INFO, stdout' 'log4j.appender.stdout=org.apache.log4j.ConsoleAppender' \
-  'log4j.appender.stdout.layout=org.apache.log4j.PatternLayout' \
-  'log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n' \
-  'log4j.logger.kafka=INFO' 'log4j.logger.org.apache.kafka=INFO' \
-  'log4j.logger.kafka.request.logger=WARN' 'log4j.logger.state.change.logger=WARN' > "$ref/log4j.properties"
+printf '%s\n' 'rootLogger.level=INFO' 'rootLogger.appenderRef.stdout.ref=STDOUT' 'appender.stdout.type=Console' \
+  'appender.stdout.name=STDOUT' 'appender.stdout.layout.type=PatternLayout' \
+  'appender.stdout.layout.pattern=[%d] %p %m (%c)%n' \
+  'logger.request.name=kafka.request.logger' 'logger.request.level=WARN' \
+  'logger.state.name=state.change.logger' 'logger.state.level=WARN' > "$ref/log4j2.properties"
 
 declare -A conf=()
 while [ $# -gt 0 ]; do
@@ -74,9 +76,9 @@ props="$datadir/server.properties"
   done
 } > "$props"
 
-cp=("$lib"/*.jar "$ref/logging/slf4j-reload4j-1.7.36.jar")
+cp=("$lib"/*.jar "$ref/logging/log4j-slf4j-impl-2.24.3.jar")
 classpath="$(IFS=:; echo "${cp[*]}")"
-jvm=(java -Xms256m -Xmx768m -XX:+UseSerialGC -Dlog4j.configuration="file:$ref/log4j.properties" -cp "$classpath")
+jvm=(java -Xms256m -Xmx768m -XX:+UseSerialGC -Dlog4j2.configurationFile="$ref/log4j2.properties" -cp "$classpath")
 
 [ -f "$datadir/meta.properties" ] || "${jvm[@]}" kafka.tools.StorageTool format -t "$(python3 -c 'import base64,uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')" -c "$props" >&2
 exec "${jvm[@]}" kafka.Kafka "$props"
