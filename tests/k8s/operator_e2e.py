@@ -231,7 +231,8 @@ class Load:
     """Kafka's Java producer (idempotent, acks=all; tests/clients/java/Produce.java) on the host
     and a kcat consumer inside the cluster, both running through the scaling steps, on `load`
     (6 partitions, replication factor 3, min.insync.replicas 2) after 60 MB of prefill, so that
-    throttled moves take a while. Keys are the producer's values (the prefill has none)."""
+    throttled moves take a while. 500 records a second; keys are the producer's values (the
+    prefill has none)."""
 
     def __init__(self):
         kubectl("apply", "-f", "-", input=topic_yaml("load", 6, {"min.insync.replicas": "2"}, replication_factor=3))
@@ -244,9 +245,11 @@ class Load:
             "acks=all")
         self.dir = tempfile.mkdtemp(prefix="oxbow-e2e-load")
         self.acked_file, self.stop_file = os.path.join(self.dir, "acked"), os.path.join(self.dir, "stop")
+        self.producer_log = open(os.path.join(self.dir, "producer.log"), "w+")
         self.producer = subprocess.Popen(
-            ["java", f"-Djdk.net.hosts.file={HOSTS}", "-cp", java_classpath(), PRODUCE_JAVA, self.bootstrap, "load",
-             "j", self.acked_file, self.stop_file], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            ["java", f"-Djdk.net.hosts.file={HOSTS}", "-Dlog4j.configuration=file:/dev/null", "-cp", java_classpath(),
+             PRODUCE_JAVA, self.bootstrap, "load", "j", self.acked_file, self.stop_file, "500"],
+            stdout=subprocess.PIPE, stderr=self.producer_log, text=True)
         self.consumed = open(os.path.join(self.dir, "consumed"), "w+")
         self.consumer = subprocess.Popen(
             ["kubectl", "exec", "-n", NS, "client", "--", "kcat", "-b", "events-bootstrap:9092", "-C", "-t", "load",
@@ -272,9 +275,10 @@ class Load:
         step("load: stopping the producer; the consumer that ran throughout and a fresh read must hold every "
              "acknowledged record")
         open(self.stop_file, "w").close()
-        out, err = self.producer.communicate(timeout=360)
+        out, _ = self.producer.communicate(timeout=360)
         if self.producer.returncode != 0:
-            fail(f"the load producer failed: {err[-3000:]}")
+            self.producer_log.seek(0)
+            fail(f"the load producer failed: {self.producer_log.read()[-3000:]}")
         summary = json.loads(out.strip().splitlines()[-1])
         with open(self.acked_file) as f:
             acked = set(f.read().split())
@@ -334,7 +338,8 @@ def spread_and_drain(load, brokers_are):
             seen["rebalancing"].add(condition(c, "Rebalancing")["message"].split(",")[0])
         if r.get("progress"):
             seen["column"].add(r["progress"])
-        return r if r.get("phase") == "Balanced" and r.get("planned", 0) > 0 \
+        # Balanced after this spread was seen under way (an earlier status may say Balanced).
+        return r if seen["rebalancing"] and r.get("phase") == "Balanced" \
             and condition(c, "Rebalancing").get("status") == "False" else None
 
     r = wait("the spread to finish (status.rebalance Balanced)", balanced, 900)

@@ -1,6 +1,7 @@
 // A Kafka Java producer (defaults: idempotent, acks=all) sending numbered records "PREFIX<n>"
 // until STOPFILE exists, for test_reassignment.py:
-//   java -cp <kafka-clients classpath> Produce.java BOOTSTRAP TOPIC PREFIX ACKEDFILE STOPFILE
+//   java -cp <kafka-clients classpath> Produce.java BOOTSTRAP TOPIC PREFIX ACKEDFILE STOPFILE [PER_SECOND]
+// (PER_SECOND: at most that many records a second; unlimited without it)
 // Writes every acknowledged value to ACKEDFILE (one per line) and prints, as its last line,
 // {"sent":N,"acked":N,"failed":N,"errors":[...],"longest_stall_ms":N}: the longest time without an
 // acknowledgement while records were outstanding.
@@ -22,6 +23,8 @@ public class Produce {
         p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "30000");
         String topic = args[1], prefix = args[2];
         Path acked = Paths.get(args[3]), stop = Paths.get(args[4]);
+        long perSecond = args.length > 5 ? Long.parseLong(args[5]) : 0;
+        long start = System.nanoTime();
         ConcurrentLinkedQueue<String> ok = new ConcurrentLinkedQueue<>();
         ConcurrentLinkedQueue<String> errors = new ConcurrentLinkedQueue<>();
         AtomicLong lastAck = new AtomicLong(System.nanoTime()), longest = new AtomicLong(), outstanding = new AtomicLong();
@@ -40,6 +43,7 @@ public class Produce {
                     });
                 }
                 Thread.sleep(5);
+                while (perSecond > 0 && sent > perSecond * (System.nanoTime() - start) / 1_000_000_000L) Thread.sleep(5);
                 // No acknowledgement while records are outstanding counts as a stall too.
                 if (outstanding.get() > 0) longest.accumulateAndGet(System.nanoTime() - lastAck.get(), Math::max);
             }
