@@ -158,13 +158,16 @@ class Cluster:
     def bootstrap(self) -> str:
         return ",".join(n.bootstrap for n in self.brokers if n.running())
 
-    def start(self, timeout: float = 60.0) -> None:
-        """Starts every node at once (a quorum needs a majority before anyone can register)."""
+    def start(self, timeout: float = 60.0, order: list[int] | None = None, stagger: float = 0.0) -> None:
+        """Starts every node at once (a quorum needs a majority before anyone can register), or
+        in `order` (node ids) with `stagger` seconds between them."""
         for n in self.nodes:
             n.data_dir.mkdir(parents=True, exist_ok=True)
         import subprocess
 
-        for n in self.nodes:
+        for k, n in enumerate([self.node(i) for i in order] if order else self.nodes):
+            if k and stagger:
+                time.sleep(stagger)
             n.starts += 1
             n._log_marker(f"start #{n.starts}: {' '.join(n.command())}")
             log = open(n.log_path, "ab")

@@ -113,6 +113,21 @@ def test_topics_created_through_any_node_are_seen_by_every_node(cluster_factory)
     assert sum(1 for recs in got.values() if recs) > 1, "keys spread over several partitions"
 
 
+def test_broker_only_node_started_before_its_only_controller_follows_it(request, tmp_path):
+    """A broker-only node whose first metadata fetch fails (its single controller is not up yet)
+    keeps asking that controller, registers once it is up, and serves."""
+    c = Cluster(require_broker_binary(), tmp_path, controllers=1, brokers=1)
+    request.node._oxbow_brokers = c.nodes
+    try:
+        c.start(order=[2, 1], stagger=3.0)
+        create(admin(c.node(2)), "late-controller", partitions=2)
+        wait_until(lambda: "late-controller" in c.node(2).view(), 15, "node 2 follows the metadata")
+        brokers = sorted(b.id for b in admin(c.node(2)).list_topics(timeout=10).brokers.values())
+        assert brokers == [1, 2], f"node 2 lists brokers {brokers}"
+    finally:
+        c.close()
+
+
 def _readyz(node) -> int:
     try:
         with urllib.request.urlopen(f"http://{node.host}:{node.http_port}/readyz", timeout=5) as r:

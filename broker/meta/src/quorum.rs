@@ -754,7 +754,10 @@ impl Quorum {
                     _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
                 }
             }
-            let Some(node) = self.leader().filter(|l| Some(*l) != tried).or_else(|| self.any_voter(&tried)) else {
+            // Another controller than the one that just failed, if there is one; the same one
+            // again if it is the only one (a single-voter quorum that is not up yet).
+            let next = self.leader().filter(|l| Some(*l) != tried).or_else(|| self.any_voter(&tried));
+            let Some(node) = next.or_else(|| self.any_voter(&None)) else {
                 tracing::error!(
                     "no controller known: set controller.quorum.voters or controller.quorum.bootstrap.servers"
                 );
