@@ -481,7 +481,7 @@ def move_round(kind: str, cp: str, workdir: Path, args, res: Results) -> None:
 
         admin = AdminClient({"bootstrap.servers": pair.bootstrap(), "log_level": 0})
         topic = "bench-move"
-        admin.create_topics([NewTopic(topic, replica_assignment=[[1]])])[topic].result(60)
+        admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[1]])])[topic].result(60)
         n = max(1000, int(args.move_gb * 2**30 / 1024))
         log(f"{kind}: filling {args.move_gb} GiB into one partition on broker 1")
         java_tool(cp, "org.apache.kafka.tools.ProducerPerformance",
