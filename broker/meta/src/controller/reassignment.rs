@@ -37,6 +37,9 @@ pub(super) fn unclean_allowed(t: &TopicImage, cluster_default: bool) -> bool {
     t.configs.get("unclean.leader.election.enable").map_or(cluster_default, |v| v == "true")
 }
 
+/// One partition's answer: topic, partition and its refusal (None: accepted).
+pub(super) type Outcome = (String, i32, Option<Refusal>);
+
 /// Decides every partition of one request, each on the image with the ones before it applied;
 /// returns the records and, in request order, each partition's refusal (if any).
 pub(super) fn alter(
@@ -44,7 +47,7 @@ pub(super) fn alter(
     requests: &[Reassignment],
     allow_rf_change: bool,
     unclean_default: bool,
-) -> (Vec<Record>, Vec<(String, i32, Option<Refusal>)>) {
+) -> (Vec<Record>, Vec<Outcome>) {
     let mut scratch = img.clone();
     let mut records = Vec::new();
     let mut results = Vec::with_capacity(requests.len());
