@@ -446,6 +446,12 @@ impl Admin {
         }
         let mut req = AlterPartitionReassignmentsRequest::default();
         req.timeout_ms = 30_000;
+        // KIP-860: a move never changes a partition's replication factor. The operator reads
+        // partitions and moves in flight one after the other, and a move that completes
+        // between the two reads leaves it a stale replica list (target + removing): planned
+        // from that, a move would keep the extra replica for good. The controller refuses it
+        // (INVALID_REPLICATION_FACTOR) and the next step plans from a fresh read.
+        req.allow_replication_factor_change = false;
         req.topics = topics
             .into_iter()
             .map(|(t, partitions)| {
@@ -455,7 +461,7 @@ impl Admin {
                 rt
             })
             .collect();
-        let resp = self.send(0, &req).await?;
+        let resp = self.send(1, &req).await?;
         check("reassign", "", resp.error_code, resp.error_message.clone(), &[])?;
         for t in resp.responses {
             for p in t.partitions {

@@ -66,8 +66,10 @@ pub async fn step(
             rack: pods.iter().find(|p| p.ordinal == b.id).and_then(|p| p.rack.clone()).or(b.rack.clone()),
         })
         .collect();
-    let partitions = admin.partitions().await?;
+    // Moves first: one that completes before the partitions are read is then seen done there
+    // (the other order could take a completed move's replicas for its current ones).
     let moving = admin.reassignments().await?;
+    let partitions = admin.partitions().await?;
     let mut out = Outcome::default();
     if !draining && !spec.auto {
         // Nothing of ours to do but finish what an earlier rebalance left.
