@@ -58,6 +58,15 @@ class Node(Broker):
         topics = self.metadata()["topics"]
         return {name: (len(t["partitions"]), tuple(p["leader"] for p in t["partitions"])) for name, t in topics.items()}
 
+    def sees(self, *names: str) -> bool:
+        """Whether this node's image has every topic in `names`; False while the node does not
+        answer yet (not listening, or 503 before it joined the quorum after a restart)."""
+        try:
+            view = self.view()
+        except (OSError, ValueError):
+            return False
+        return all(n in view for n in names)
+
     def leader(self) -> int:
         """The active controller as this node learns it from the quorum; -1 if none answers."""
         try:

@@ -85,7 +85,7 @@ def test_topics_created_through_any_node_are_seen_by_every_node(cluster_factory)
     views, ids, controllers, broker_lists = {}, {}, set(), {}
     for n in c.nodes:
         adm = admin(n)
-        wait_until(lambda: all(name in n.view() for name in names), 15, f"node {n.node_id} sees all topics")
+        wait_until(lambda: n.sees(*names), 15, f"node {n.node_id} sees all topics")
         views[n.node_id] = {k: v for k, v in n.view().items() if k in names}
         assert all(name in topic_view(adm) for name in names), "librdkafka's metadata lacks a topic"
         ids[n.node_id] = topic_ids(adm, names)
@@ -121,7 +121,7 @@ def test_broker_only_node_started_before_its_only_controller_follows_it(request,
     try:
         c.start(order=[2, 1], stagger=3.0)
         create(admin(c.node(2)), "late-controller", partitions=2)
-        wait_until(lambda: "late-controller" in c.node(2).view(), 15, "node 2 follows the metadata")
+        wait_until(lambda: c.node(2).sees("late-controller"), 15, "node 2 follows the metadata")
         brokers = sorted(b.id for b in admin(c.node(2)).list_topics(timeout=10).brokers.values())
         assert brokers == [1, 2], f"node 2 lists brokers {brokers}"
     finally:
@@ -147,7 +147,7 @@ def test_dedicated_controllers_serve_broker_only_nodes_and_survive_losing_the_ac
 
     views, ids = {}, {}
     for n in c.nodes:  # every node's own image, controllers included
-        wait_until(lambda: all(name in n.view() for name in names), 15, f"node {n.node_id} sees all topics")
+        wait_until(lambda: n.sees(*names), 15, f"node {n.node_id} sees all topics")
         views[n.node_id] = {k: v for k, v in n.view().items() if k in names}
     first = views[1]
     assert all(v == first for v in views.values()), f"nodes disagree: {views}"
@@ -188,7 +188,7 @@ def test_dedicated_controllers_serve_broker_only_nodes_and_survive_losing_the_ac
     assert all(leader in (4, 5, 6) for leader in brokers[0].view()["after-failover"][1])
 
     c.node(controller).start()
-    wait_until(lambda: "after-failover" in c.node(controller).view(), 30, "the restarted controller catches up")
+    wait_until(lambda: c.node(controller).sees("after-failover"), 30, "the restarted controller catches up")
     wait_until(lambda: _readyz(c.node(controller)) == 200, 30, "the restarted controller is ready")
     voters = sorted(v["node_id"] for v in brokers[0].quorum()["voters"])
     assert voters == [1, 2, 3], voters
@@ -255,7 +255,7 @@ def test_active_controller_killed_while_topics_are_created(cluster_factory):
 
     # The killed node restarts, rejoins and catches up.
     killed.start()
-    wait_until(lambda: all(x in killed.view() for x in names), 60, "the restarted node catches up")
+    wait_until(lambda: killed.sees(*names), 60, "the restarted node catches up")
     assert topic_ids(admin(killed), names) == ids[0]
     assert controller_of(killed) == controller_of(survivors[0])
     assert killed.quorum()["image_version"] > 0
@@ -323,7 +323,7 @@ def test_lagging_voter_catches_up_and_every_node_restarts_from_its_snapshot(clus
     ids = topic_ids(adm, names)
 
     lagging.start()
-    wait_until(lambda: all(x in lagging.view() for x in names), 60, "the lagging voter catches up")
+    wait_until(lambda: lagging.sees(*names), 60, "the lagging voter catches up")
     assert topic_ids(admin(lagging), names) == ids
 
     # Every node restarts from its own snapshot plus the log after it.
@@ -333,7 +333,7 @@ def test_lagging_voter_catches_up_and_every_node_restarts_from_its_snapshot(clus
     c.start()
     for n in c.nodes:
         adm = admin(n)
-        wait_until(lambda: all(x in n.view() for x in names), 60, f"node {n.node_id} has every topic after restart")
+        wait_until(lambda: n.sees(*names), 60, f"node {n.node_id} has every topic after restart")
         assert topic_ids(adm, names) == ids
         assert "loaded from the stored snapshot" in n.log_path.read_text(errors="replace")
 
@@ -380,7 +380,7 @@ def test_partitioned_leader_commits_nothing_and_the_majority_moves_on(cluster_fa
     isolated = c.node(old)
     majority = [n for n in c.nodes if n is not isolated]
     create(admin(majority[0]), "before-partition", partitions=3)
-    wait_until(lambda: "before-partition" in isolated.view(), 15, "isolated node has the topic before")
+    wait_until(lambda: isolated.sees("before-partition"), 15, "isolated node has the topic before")
 
     rules = isolate(isolated.host, [n.host for n in majority])
     try:
@@ -420,7 +420,7 @@ def test_partitioned_leader_commits_nothing_and_the_majority_moves_on(cluster_fa
     print(f"\nnew leader {new} elected {elected:.2f}s after node {old} was cut off; write through the isolated node: {outcome.get('r', 'pending')}")
 
     names = ["before-partition"] + [f"majority-{i}" for i in range(5)]
-    wait_until(lambda: all(x in isolated.view() for x in names), 60, "the healed node catches up")
+    wait_until(lambda: isolated.sees(*names), 60, "the healed node catches up")
     t.join(60)
     # A write pending on the isolated node may still land through the new leader after healing
     # (the broker retries against the active controller); either way every node converges.
@@ -443,7 +443,7 @@ def test_partitioned_follower_elects_nobody_commits_nothing_and_catches_up(clust
     follower = next(n for n in c.nodes if n.node_id != leader)
     majority = [n for n in c.nodes if n is not follower]
     create(admin(majority[0]), "before-cut", partitions=3)
-    wait_until(lambda: "before-cut" in follower.view(), 15, "the follower has the topic before")
+    wait_until(lambda: follower.sees("before-cut"), 15, "the follower has the topic before")
     version = follower.metadata()["version"]
     term = follower.metadata()["raft"]["term"]
     majority_term = majority[0].metadata()["raft"]["term"]
@@ -471,7 +471,7 @@ def test_partitioned_follower_elects_nobody_commits_nothing_and_catches_up(clust
           f"majority: leader {leader}, term {majority_term} -> {majority[0].metadata()['raft']['term']}")
 
     names = ["before-cut", "while-cut-last"] + [f"while-cut-{i}" for i in range(5)]
-    wait_until(lambda: all(x in follower.view() for x in names), 60, "the healed follower catches up")
+    wait_until(lambda: follower.sees(*names), 60, "the healed follower catches up")
     views: list[dict] = []
 
     def agree() -> bool:
@@ -540,13 +540,13 @@ def test_dynamic_quorum_starts_standalone_and_grows_by_auto_join(request, tmp_pa
         assert described["nodes"]["2"] == f"{hosts[2]}:{cports[2]}", described
 
         create(admin(nodes[3]), "dynamic-1", partitions=4)
-        wait_until(lambda: all("dynamic-1" in n.view() for n in nodes), 15, "every node sees the topic")
+        wait_until(lambda: all(n.sees("dynamic-1") for n in nodes), 15, "every node sees the topic")
         leader = nodes[3].leader()
         nodes[leader - 1].kill()
         wait_until(lambda: nodes[3].leader() not in (-1, leader), 30, "a new leader among the other voters")
         create(admin(nodes[3]), "dynamic-2", partitions=2)
         nodes[leader - 1].start()
-        wait_until(lambda: all("dynamic-2" in n.view() for n in nodes), 30, "the killed voter catches up")
+        wait_until(lambda: all(n.sees("dynamic-2") for n in nodes), 30, "the killed voter catches up")
         assert voters() == [1, 2, 3], "the restarted voter is still a voter (membership in the log)"
         for n in nodes:
             props = (n.data_dir / "meta.properties").read_text()
@@ -651,7 +651,7 @@ def test_voters_added_and_removed_through_the_java_admin_client_under_load(clust
     live = [n for n in c.nodes if n is not other_old]
     create(admin(c.node(4)), "after-membership-change", partitions=1)
     for n in live:
-        wait_until(lambda: all(x in n.view() for x in made + ["after-membership-change"]), 60,
+        wait_until(lambda: n.sees(*made + ["after-membership-change"]), 60,
                    f"node {n.node_id} has every topic")
 
 
