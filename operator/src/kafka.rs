@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bytes::Bytes;
 use kafka_protocol::messages::add_raft_voter_request::Listener as VoterListener;
 use kafka_protocol::messages::alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
@@ -27,9 +26,7 @@ use kafka_protocol::messages::{
     RemoveRaftVoterRequest, TopicName, UnregisterBrokerRequest,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
-use oxbow_protocol::client::{decode_response, request_frame};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use oxbow_protocol::connection::{Connection, ConnectionError};
 
 /// How long any one request may take, connect included.
 const TIMEOUT: Duration = Duration::from_secs(15);
@@ -55,12 +52,9 @@ pub struct Quorum {
 
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
-    #[error("cannot reach {addr}: {source}")]
-    Connect { addr: String, source: std::io::Error },
-    #[error("{addr}: {source}")]
-    Io { addr: String, source: std::io::Error },
-    #[error("{addr}: no answer within {secs} s", secs = TIMEOUT.as_secs())]
-    Timeout { addr: String },
+    /// The broker could not be reached, did not answer in time, or answered something malformed.
+    #[error(transparent)]
+    Connection(#[from] ConnectionError),
     #[error("{addr}: malformed response: {reason}")]
     Protocol { addr: String, reason: String },
     /// The broker refused an operation with a Kafka error code.
@@ -172,9 +166,7 @@ fn check(
 }
 
 pub struct Admin {
-    addr: String,
-    stream: TcpStream,
-    correlation: i32,
+    conn: Connection,
 }
 
 fn name(s: &str) -> TopicName {
@@ -185,39 +177,14 @@ fn sb(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
 
-/// Kafka prints topic ids as URL-safe base64 without padding.
-pub fn topic_id_string(id: &uuid::Uuid) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let bytes = id.as_bytes();
-    let mut out = String::with_capacity(22);
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        let chars = chunk.len() + 1;
-        for i in 0..chars {
-            out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
-        }
-    }
-    out
-}
-
 impl Admin {
     /// Connects to `addr` (`host:port`).
     pub async fn connect(addr: &str) -> Result<Admin, KafkaError> {
-        let stream = tokio::time::timeout(TIMEOUT, TcpStream::connect(addr))
-            .await
-            .map_err(|_| KafkaError::Timeout { addr: addr.into() })?
-            .map_err(|source| KafkaError::Connect { addr: addr.into(), source })?;
-        let _ = stream.set_nodelay(true);
-        Ok(Admin { addr: addr.into(), stream, correlation: 0 })
-    }
-
-    fn io(&self, source: std::io::Error) -> KafkaError {
-        KafkaError::Io { addr: self.addr.clone(), source }
+        Ok(Admin { conn: Connection::connect(addr, "oxbow-operator", TIMEOUT).await? })
     }
 
     fn protocol(&self, reason: impl std::fmt::Display) -> KafkaError {
-        KafkaError::Protocol { addr: self.addr.clone(), reason: reason.to_string() }
+        KafkaError::Protocol { addr: self.conn.addr().to_string(), reason: reason.to_string() }
     }
 
     async fn send<R: Request>(&mut self, version: i16, req: &R) -> Result<R::Response, KafkaError> {
@@ -230,20 +197,7 @@ impl Admin {
         version: i16,
         req: &R,
     ) -> Result<R::Response, KafkaError> {
-        self.correlation += 1;
-        let frame = request_frame(version, self.correlation, "oxbow-operator", req).map_err(|e| self.protocol(e))?;
-        let exchange = async {
-            self.stream.write_all(&frame).await?;
-            let size = self.stream.read_i32().await?;
-            let mut buf = vec![0u8; usize::try_from(size).unwrap_or(0)];
-            self.stream.read_exact(&mut buf).await?;
-            Ok::<_, std::io::Error>(Bytes::from(buf))
-        };
-        let body = tokio::time::timeout(timeout, exchange)
-            .await
-            .map_err(|_| KafkaError::Timeout { addr: self.addr.clone() })?
-            .map_err(|e| self.io(e))?;
-        decode_response::<R>(version, self.correlation, body).map_err(|e| self.protocol(e))
+        Ok(self.conn.send(version, req, timeout).await?)
     }
 
     /// The metadata quorum as DescribeQuorum reports it (any broker forwards to the leader).
@@ -571,7 +525,7 @@ impl Admin {
         }
         let rf = t.partitions.iter().map(|p| p.replica_nodes.len() as i32).max().unwrap_or(0);
         Ok(Some(TopicInfo {
-            id: topic_id_string(&t.topic_id),
+            id: oxbow_protocol::ids::to_kafka_string(t.topic_id),
             partitions: t.partitions.len() as i32,
             replication_factor: rf,
         }))
@@ -733,23 +687,5 @@ impl Admin {
             check("alter configs of", topic, r.error_code, r.error_message, &[])?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn topic_ids_print_as_kafka_prints_them() {
-        // Kafka: Uuid.toString() is URL-safe base64 of the 16 bytes, no padding.
-        let id = uuid::Uuid::from_bytes([0; 16]);
-        assert_eq!(topic_id_string(&id), "AAAAAAAAAAAAAAAAAAAAAA");
-        let id = uuid::Uuid::from_bytes([0xff; 16]);
-        assert_eq!(topic_id_string(&id), "_____________________w");
-        let id = uuid::Uuid::from_bytes([
-            0xfb, 0xef, 0xbe, 0x00, 0x10, 0x83, 0x10, 0x51, 0x87, 0x20, 0x92, 0x8b, 0x30, 0xd3, 0x8f, 0x41,
-        ]);
-        assert_eq!(topic_id_string(&id), "----ABCDEFGHIJKLMNOPQQ");
     }
 }

@@ -1,6 +1,5 @@
 //! The client side of the wire format, without I/O: the frame of a request, and the decoded body
-//! of its response. Used by the operator's admin client and the broker's replica fetchers, which
-//! each own their connection.
+//! of its response. [`crate::connection`] puts them on a socket.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader};
@@ -63,5 +62,9 @@ pub fn decode_response<R: Request>(
             return Err(ClientError::Decode("unexpected tagged fields in the response header".into()));
         }
     }
-    R::Response::decode(&mut body, version).map_err(|e| ClientError::Decode(e.to_string()))
+    let resp = R::Response::decode(&mut body, version).map_err(|e| ClientError::Decode(e.to_string()))?;
+    if body.has_remaining() {
+        return Err(ClientError::Decode(format!("{} bytes after the response", body.remaining())));
+    }
+    Ok(resp)
 }

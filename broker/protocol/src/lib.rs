@@ -5,7 +5,10 @@
 //! - [`versions`]: the table of APIs and versions this broker advertises in ApiVersions. Only
 //!   versions whose handlers fully work are listed.
 //! - [`client`]: request frames and response decoding for clients (the operator, replica
-//!   fetchers).
+//!   fetchers, test helpers).
+//! - [`connection`] (feature `io`, the only part that does I/O): one client connection over TCP,
+//!   a request at a time, each exchange bounded in time and in response size.
+//! - [`ids`]: Kafka's 22-character text form of topic, cluster and directory ids.
 //! - [`codec`]: decoding request bodies and encoding responses with the right header version, on
 //!   top of the `kafka-protocol` crate.
 //!
@@ -13,7 +16,10 @@
 
 pub mod client;
 pub mod codec;
+#[cfg(feature = "io")]
+pub mod connection;
 pub mod frame;
+pub mod ids;
 pub mod versions;
 
 pub use kafka_protocol::error::ResponseError;

@@ -215,6 +215,8 @@ pub struct Broker {
     pub stats: crate::telemetry::Stats,
     /// The replication throttles (`*.replication.throttled.rate`).
     pub quotas: crate::quota::Quotas,
+    /// ISR changes on their way to the active controller.
+    pub isr_changes: crate::isr::IsrChanges,
 }
 
 /// `config` with dynamic broker keys over its explicit settings: the cluster-wide ones, then
@@ -316,6 +318,7 @@ impl Broker {
         let quotas = crate::quota::Quotas::new(&config);
         Ok(Arc::new(Self {
             quotas,
+            isr_changes: Default::default(),
             groups,
             topic_defaults: RwLock::new(Arc::new(config.clone())),
             config,
@@ -378,30 +381,9 @@ impl Broker {
         }
     }
 
-    /// Asks the active controller for an ISR change of a partition this broker leads, in the
-    /// background; the new ISR takes effect when the image carries it.
-    pub fn request_isr_change(self: &Arc<Self>, topic_id: Uuid, p: Arc<Partition>, change: IsrChange) {
-        let b = self.clone();
-        tokio::spawn(async move {
-            let cmd = Command::AlterPartition {
-                node_id: b.node_id(),
-                broker_epoch: b.broker_epoch(),
-                topic_id,
-                partition: p.index,
-                leader_epoch: change.leader_epoch,
-                partition_epoch: change.partition_epoch,
-                isr: change.isr.clone(),
-            };
-            match b.execute(cmd).await {
-                Ok(_) => tracing::info!(topic = %p.topic, partition = p.index, isr = ?change.isr, "ISR changed"),
-                Err(e) => {
-                    tracing::warn!(topic = %p.topic, partition = p.index, isr = ?change.isr, error = %e.message, "ISR change refused");
-                    // Not again at once: the image may still be on its way.
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    p.isr_change_failed();
-                }
-            }
-        });
+    /// Queues an ISR change for the active controller (sent by [`crate::isr::run`]).
+    pub fn request_isr_change(&self, topic_id: Uuid, p: Arc<Partition>, change: IsrChange) {
+        self.isr_changes.submit(topic_id, p, change);
     }
 
     /// `host:port` of a registered broker's client listener, from the image.
@@ -989,7 +971,7 @@ impl Broker {
 fn stored_topic_id(dir: &Path) -> Option<Uuid> {
     let text = std::fs::read_to_string(dir.join("partition.metadata")).ok()?;
     let id = text.lines().find_map(|l| l.strip_prefix("topic_id:"))?.trim();
-    crate::handlers::util::parse_kafka_uuid(id)
+    oxbow_protocol::ids::parse_kafka_string(id)
 }
 
 /// Recovery points, log start offsets and high watermarks gathered per log dir.
@@ -1039,7 +1021,7 @@ fn least_loaded(counts: &[usize]) -> usize {
 fn write_partition_metadata(dir: &Path, id: Uuid) {
     let p = dir.join("partition.metadata");
     if !p.exists() {
-        let text = format!("version: 0\ntopic_id: {}\n", crate::handlers::util::kafka_uuid_string(id));
+        let text = format!("version: 0\ntopic_id: {}\n", oxbow_protocol::ids::to_kafka_string(id));
         if let Err(e) = oxbow_log::checkpoint::write_atomic(&p, text.as_bytes()) {
             tracing::warn!(path = %p.display(), error = %e, "cannot write partition.metadata");
         }

@@ -19,6 +19,12 @@ impl ApiError {
     pub fn code(&self) -> i16 {
         self.error.code()
     }
+    /// The controller answered a command with a reply of the wrong kind (a bug): logged, and
+    /// UNKNOWN_SERVER_ERROR for the client.
+    pub fn unexpected_reply(reply: &oxbow_meta::Reply) -> Self {
+        tracing::error!(?reply, "unexpected controller reply");
+        ApiError::new(ResponseError::UnknownServerError, "unexpected controller reply")
+    }
 }
 
 /// Kafka's error for a log error.

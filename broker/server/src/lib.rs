@@ -7,8 +7,9 @@
 //!   (`oxbow-meta`); [`startup`]: registration, heartbeats, controlled shutdown;
 //!   [`metadata`]: `meta.properties` and the import of pre-quorum single-node metadata.
 //! - [`partition`]: one hosted partition (log + [`replica`] state + high watermark channel);
-//!   [`replication`]: followers fetching from leaders, ISR shrinking; [`quota`]: the
-//!   replication throttles both apply.
+//!   [`replication`]: followers fetching from leaders, ISR shrinking; [`isr`]: the one queue
+//!   and task that send ISR changes to the controller; [`quota`]: the replication throttles
+//!   both apply.
 //! - [`network`]: TCP server, framing, in-order pipelining and global limits.
 //! - [`handlers`]: one module per Kafka API; [`errors`]: the single error-code mapping.
 //! - [`coordinator`]: the consumer group coordinator (groups and committed offsets in
@@ -28,6 +29,7 @@ pub mod errors;
 pub mod format;
 pub mod handlers;
 pub mod health;
+pub mod isr;
 pub mod metadata;
 pub mod network;
 pub mod partition;
@@ -175,6 +177,7 @@ impl Server {
         tasks::spawn_all(&mut jobs, self.broker.clone(), token.clone());
         jobs.spawn(self.broker.groups.clone().run_timers(self.broker.clone(), token.child_token()));
         jobs.spawn(replication::run(self.broker.clone(), token.child_token()));
+        jobs.spawn(isr::run(self.broker.clone(), token.child_token()));
         self.meta_tasks.spawn(startup::heartbeats(self.broker.clone(), self.meta_stop.clone()));
         self.health.set(health::Phase::Serving);
         let health = self.health.clone();

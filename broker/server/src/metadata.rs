@@ -59,7 +59,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> MetaError + '_ {
 /// starting with '-' (as Kafka's `Uuid.randomUuid`), so command lines cannot mistake it for a flag.
 pub fn new_cluster_id() -> String {
     loop {
-        let id = crate::handlers::util::kafka_uuid_string(Uuid::new_v4());
+        let id = oxbow_protocol::ids::to_kafka_string(Uuid::new_v4());
         if !id.starts_with('-') {
             return id;
         }

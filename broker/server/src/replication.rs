@@ -17,16 +17,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use kafka_protocol::protocol::{Request, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use oxbow_protocol::ResponseError;
-use oxbow_protocol::client::{ClientError, decode_response, request_frame};
+use oxbow_protocol::connection::{Connection, ConnectionError};
 use oxbow_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use oxbow_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
 use oxbow_protocol::messages::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, now_ms};
@@ -38,6 +36,9 @@ const FETCH_WAIT_MS: i32 = 500;
 const PARTITION_MAX_BYTES: i32 = 1 << 20;
 /// Bytes per fetch (`replica.fetch.response.max.bytes`' default).
 const FETCH_MAX_BYTES: i32 = 10 << 20;
+/// How long a connect may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one exchange with the leader may take (a fetch waits up to `FETCH_WAIT_MS` there).
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A partition by topic name and index.
@@ -62,11 +63,14 @@ impl Followed {
 }
 
 /// Keeps one fetcher per leader broker for the partitions this broker follows, following every
-/// new metadata image, until `stop`.
+/// new metadata image, until `stop`. The fetchers are this task's: it returns once every one of
+/// them has.
 pub async fn run(broker: Arc<Broker>, stop: CancellationToken) {
     let mut applied = broker.subscribe_applied();
     let mut fetchers: HashMap<i32, watch::Sender<Vec<Followed>>> = HashMap::new();
+    let mut tasks = JoinSet::new();
     loop {
+        while tasks.try_join_next().is_some() {}
         let me = broker.node_id();
         let mut want: BTreeMap<i32, Vec<Followed>> = BTreeMap::new();
         for t in broker.all_topics() {
@@ -95,48 +99,39 @@ pub async fn run(broker: Arc<Broker>, stop: CancellationToken) {
                 None => {
                     let (tx, rx) = watch::channel(parts);
                     fetchers.insert(leader, tx);
-                    tokio::spawn(fetch_from(broker.clone(), leader, rx, stop.child_token()));
+                    tasks.spawn(fetch_from(broker.clone(), leader, rx, stop.child_token()));
                 }
             }
         }
         tokio::select! {
-            _ = stop.cancelled() => return,
-            r = applied.changed() => if r.is_err() { return },
+            _ = stop.cancelled() => break,
+            r = applied.changed() => if r.is_err() { break },
         }
     }
+    drop(fetchers);
+    while tasks.join_next().await.is_some() {}
 }
 
-/// A connection to a leader's client listener, one request at a time.
-struct Conn {
-    addr: String,
-    stream: TcpStream,
-    correlation: i32,
+/// The leader as a follower sees it: the answers to the two requests it sends. A
+/// [`Connection`] to the leader's listener in production, a scripted leader in the unit tests.
+pub(crate) trait Leader {
+    async fn offsets_for_leader_epoch(
+        &mut self,
+        req: &OffsetForLeaderEpochRequest,
+    ) -> Result<OffsetForLeaderEpochResponse, ConnectionError>;
+    async fn fetch(&mut self, req: &FetchRequest) -> Result<FetchResponse, ConnectionError>;
 }
 
-impl Conn {
-    async fn connect(addr: &str) -> std::io::Result<Conn> {
-        let stream = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
-            .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
-        stream.set_nodelay(true)?;
-        Ok(Conn { addr: addr.to_string(), stream, correlation: 0 })
+impl Leader for Connection {
+    async fn offsets_for_leader_epoch(
+        &mut self,
+        req: &OffsetForLeaderEpochRequest,
+    ) -> Result<OffsetForLeaderEpochResponse, ConnectionError> {
+        self.send(4, req, IO_TIMEOUT).await
     }
 
-    async fn send<R: Request>(&mut self, version: i16, client: &str, req: &R) -> std::io::Result<R::Response> {
-        let bad = |e: ClientError| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string());
-        self.correlation = self.correlation.wrapping_add(1);
-        let frame = request_frame(version, self.correlation, client, req).map_err(bad)?;
-        let exchange = async {
-            self.stream.write_all(&frame).await?;
-            let size = self.stream.read_i32().await?;
-            let mut buf = vec![0u8; usize::try_from(size).unwrap_or(0)];
-            self.stream.read_exact(&mut buf).await?;
-            Ok::<_, std::io::Error>(Bytes::from(buf))
-        };
-        let body = tokio::time::timeout(IO_TIMEOUT, exchange)
-            .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "request timed out"))??;
-        decode_response::<R>(version, self.correlation, body).map_err(bad)
+    async fn fetch(&mut self, req: &FetchRequest) -> Result<FetchResponse, ConnectionError> {
+        self.send(12, req, IO_TIMEOUT).await
     }
 }
 
@@ -150,7 +145,7 @@ async fn fetch_from(
 ) {
     let me = broker.node_id();
     let client = format!("oxbow-replica-fetcher-{me}-from-{leader}");
-    let mut conn: Option<Conn> = None;
+    let mut conn: Option<Connection> = None;
     // The leader epoch under which each partition's log was checked against the leader's.
     let mut checked: HashMap<Key, i32> = HashMap::new();
     tracing::info!(leader, "replica fetcher started");
@@ -171,8 +166,8 @@ async fn fetch_from(
             continue;
         };
         let mut c = match conn.take() {
-            Some(c) if c.addr == addr => c,
-            _ => match Conn::connect(&addr).await {
+            Some(c) if c.addr() == addr => c,
+            _ => match Connection::connect(&addr, &client, CONNECT_TIMEOUT).await {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::debug!(leader, %addr, error = %e, "cannot reach the leader");
@@ -183,13 +178,22 @@ async fn fetch_from(
         };
         let unchecked: Vec<&Followed> =
             list.iter().filter(|f| checked.get(&f.key()) != Some(&f.leader_epoch)).collect();
-        let result = if unchecked.is_empty() {
-            fetch_once(&mut c, me, &client, &list, &broker.quotas.follower).await
-        } else {
-            let r = check_epochs(&mut c, me, &client, &unchecked, &mut checked).await;
-            // Rounds of epoch checks converge in a few steps; never spin on them.
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            r
+        let exchange = async {
+            if unchecked.is_empty() {
+                fetch_once(&mut c, me, &list, &broker.quotas.follower).await
+            } else {
+                let r = check_epochs(&mut c, me, &unchecked, &mut checked).await;
+                // Rounds of epoch checks converge in a few steps; never spin on them.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                r
+            }
+        };
+        let result = tokio::select! {
+            _ = stop.cancelled() => {
+                tracing::info!(leader, "replica fetcher stopped");
+                return;
+            }
+            r = exchange => r,
         };
         match result {
             Ok(wait) => {
@@ -209,12 +213,11 @@ async fn fetch_from(
 /// OffsetsForLeaderEpoch for partitions not yet checked under their leader epoch; truncates
 /// each where it diverges (KIP-279). Returns whether to back off (the leader refused some).
 async fn check_epochs(
-    c: &mut Conn,
+    c: &mut impl Leader,
     me: i32,
-    client: &str,
     unchecked: &[&Followed],
     checked: &mut HashMap<Key, i32>,
-) -> std::io::Result<bool> {
+) -> Result<bool, ConnectionError> {
     let mut by_topic: BTreeMap<Arc<str>, Vec<OffsetForLeaderPartition>> = BTreeMap::new();
     let mut asked: HashMap<Key, (Option<i32>, &Followed)> = HashMap::new();
     for f in unchecked {
@@ -237,7 +240,7 @@ async fn check_epochs(
             ot
         })
         .collect();
-    let resp = c.send(4, client, &req).await?;
+    let resp = c.offsets_for_leader_epoch(&req).await?;
     let mut refused = false;
     for t in resp.topics {
         let topic: Arc<str> = Arc::from(t.topic.0.as_str());
@@ -301,12 +304,11 @@ async fn check_epochs(
 /// One Fetch for every partition in `list` (all checked under their leader epoch); appends what
 /// the leader sent. Returns whether to back off (errors that wait for new metadata).
 async fn fetch_once(
-    c: &mut Conn,
+    c: &mut impl Leader,
     me: i32,
-    client: &str,
     list: &[Followed],
     quota: &crate::quota::ReplicationQuota,
-) -> std::io::Result<bool> {
+) -> Result<bool, ConnectionError> {
     let mut by_topic: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
     let mut index: HashMap<Key, &Followed> = HashMap::new();
     let hold_throttled = list.iter().any(|f| f.throttled && !f.in_sync) && quota.exceeded(now_ms());
@@ -345,7 +347,7 @@ async fn fetch_once(
             ft
         })
         .collect();
-    let resp = c.send(12, client, &req).await?;
+    let resp = c.fetch(&req).await?;
     let mut wait = resp.error_code != 0;
     for t in resp.responses {
         let topic: Arc<str> = Arc::from(t.topic.0.as_str());
@@ -396,3 +398,6 @@ pub fn shrink_isr_pass(broker: &Arc<Broker>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

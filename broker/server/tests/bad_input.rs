@@ -79,7 +79,7 @@ async fn garbage_frames_close_only_their_connection() -> anyhow::Result<()> {
         let mut frame = BytesMut::new();
         frame.put_i32(body.len() as i32);
         frame.extend_from_slice(&body);
-        c.stream.write_all(&frame).await?;
+        c.stream().write_all(&frame).await?;
         // Either an answer or a close, never a hang; the broker must survive.
         let _ = tokio::time::timeout(Duration::from_secs(5), c.read_frame()).await;
     }
@@ -95,34 +95,34 @@ async fn framing_errors_close_the_connection() -> anyhow::Result<()> {
     let b = TestBroker::start(&[("socket.request.max.bytes", "1048576")]).await?;
     // Oversized: refused from the size prefix alone.
     let mut c = b.client().await?;
-    c.stream.write_all(&(512 * 1024 * 1024i32).to_be_bytes()).await?;
+    c.stream().write_all(&(512 * 1024 * 1024i32).to_be_bytes()).await?;
     assert!(c.is_closed().await, "oversized frame must close the connection");
     // Negative size.
     let mut c = b.client().await?;
-    c.stream.write_all(&(-5i32).to_be_bytes()).await?;
+    c.stream().write_all(&(-5i32).to_be_bytes()).await?;
     assert!(c.is_closed().await);
     // Shorter than a request header.
     let mut c = b.client().await?;
-    c.stream.write_all(&[0, 0, 0, 3, 0, 18, 0]).await?;
+    c.stream().write_all(&[0, 0, 0, 3, 0, 18, 0]).await?;
     assert!(c.is_closed().await);
     // Truncated: the size promises more than is sent, then the client goes away.
     let mut c = b.client().await?;
-    c.stream.write_all(&[0, 0, 0, 100, 0, 18, 0, 3]).await?;
+    c.stream().write_all(&[0, 0, 0, 100, 0, 18, 0, 3]).await?;
     drop(c);
     // Unknown API key.
     let mut c = b.client().await?;
-    c.stream.write_all(&[0, 0, 0, 10, 0x03, 0xe7, 0, 0, 0, 0, 0, 1, 0xff, 0xff]).await?;
+    c.stream().write_all(&[0, 0, 0, 10, 0x03, 0xe7, 0, 0, 0, 0, 0, 1, 0xff, 0xff]).await?;
     assert!(c.is_closed().await, "unknown API key must close the connection");
     // Unsupported version of a served API (Produce v2, removed in Kafka 4).
     let mut c = b.client().await?;
     let frame = c.frame(9, &produce_req("t", 0, batch(1, 0, Compression::None, None), 1))?;
     let mut raw = frame.to_vec();
     raw[6..8].copy_from_slice(&2i16.to_be_bytes());
-    c.stream.write_all(&raw).await?;
+    c.stream().write_all(&raw).await?;
     assert!(c.is_closed().await, "unsupported version must close the connection");
     // A body that does not decode.
     let mut c = b.client().await?;
-    c.stream.write_all(&[0, 0, 0, 14, 0, 3, 0, 12, 0, 0, 0, 1, 0xff, 0xff, 0, 0x7f, 0xff, 0xff]).await?;
+    c.stream().write_all(&[0, 0, 0, 14, 0, 3, 0, 12, 0, 0, 0, 1, 0xff, 0xff, 0, 0x7f, 0xff, 0xff]).await?;
     assert!(c.is_closed().await);
     assert_healthy(&b).await?;
     b.stop().await?;
@@ -137,7 +137,7 @@ async fn unsupported_api_versions_gets_v0_answer() -> anyhow::Result<()> {
     let frame = c.frame(3, &ApiVersionsRequest::default())?;
     let mut raw = frame.to_vec();
     raw[6..8].copy_from_slice(&99i16.to_be_bytes());
-    c.stream.write_all(&raw).await?;
+    c.stream().write_all(&raw).await?;
     let mut body = c.read_frame().await?;
     use bytes::Buf;
     let _corr = body.get_i32();
@@ -268,7 +268,7 @@ async fn acks_zero_gets_no_response() -> anyhow::Result<()> {
     let mut c = b.client().await?;
     assert_eq!(create_topic(&mut c, "a0", 1).await?, 0);
     let frame = c.frame(9, &produce_req("a0", 0, batch(2, 0, Compression::None, None), 0))?;
-    c.stream.write_all(&frame).await?;
+    c.stream().write_all(&frame).await?;
     // The next request's answer is the first frame to arrive: nothing was sent for acks=0.
     let v = c.send(3, &ApiVersionsRequest::default()).await?;
     assert_eq!(v.error_code, 0);

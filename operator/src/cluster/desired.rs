@@ -106,7 +106,7 @@ fn common_labels(cluster: &str) -> BTreeMap<String, String> {
 /// (URL-safe base64 of its 16 bytes, 22 characters). Stable for the life of the resource.
 pub fn cluster_id(cluster: &Cluster) -> String {
     let uid = cluster.metadata.uid.as_deref().and_then(|u| uuid::Uuid::parse_str(u).ok()).unwrap_or_default();
-    crate::kafka::topic_id_string(&uid)
+    oxbow_protocol::ids::to_kafka_string(uid)
 }
 
 /// Broker `id`'s stable DNS name (the headless Service's record for its pod).

@@ -14,7 +14,7 @@ use oxbow_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaE
 use oxbow_protocol::messages::*;
 
 use super::Ctx;
-use super::util::{ALL_CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED, s, topic_name};
+use super::util::{ALL_CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED, entry, s, topic_name};
 use crate::errors::ApiError;
 use crate::topic_config;
 
@@ -215,8 +215,7 @@ pub async fn elect_leaders(ctx: &Ctx<'_>, req: ElectLeadersRequest) -> ElectLead
     let outcomes = match ctx.broker.execute(Command::ElectLeaders { election, partitions: partitions.clone() }).await {
         Ok(Reply::Elections(r)) => r,
         Ok(other) => {
-            tracing::error!(reply = ?other, "unexpected controller reply to ElectLeaders");
-            resp.error_code = ResponseError::UnknownServerError.code();
+            resp.error_code = ApiError::unexpected_reply(&other).code();
             return resp;
         }
         Err(e) => {
@@ -267,15 +266,12 @@ fn push_election(
     pr.partition_id = partition;
     pr.error_code = code;
     pr.error_message = message.map(s);
-    match resp.replica_election_results.iter_mut().find(|r| r.topic.0.as_str() == topic) {
-        Some(r) => r.partition_result.push(pr),
-        None => {
-            let mut r = ReplicaElectionResult::default();
-            r.topic = topic_name(&topic);
-            r.partition_result.push(pr);
-            resp.replica_election_results.push(r);
-        }
-    }
+    let new = || {
+        let mut r = ReplicaElectionResult::default();
+        r.topic = topic_name(&topic);
+        r
+    };
+    entry(&mut resp.replica_election_results, |r| r.topic.0.as_str() == topic, new).partition_result.push(pr);
 }
 
 /// The leader moves the log start, then the answer waits (up to the request's timeout) until

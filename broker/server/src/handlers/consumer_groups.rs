@@ -107,7 +107,7 @@ pub async fn heartbeat(ctx: &Ctx<'_>, req: ConsumerGroupHeartbeatRequest) -> Con
     let mut member_id = req.member_id.to_string();
     if member_id.is_empty() {
         // v0 join: the coordinator names the member.
-        member_id = super::util::kafka_uuid_string(uuid::Uuid::new_v4());
+        member_id = oxbow_protocol::ids::to_kafka_string(uuid::Uuid::new_v4());
     }
     let owned: Option<Assignment> = req.topic_partitions.as_ref().map(|tps| {
         let mut a = Assignment::new();

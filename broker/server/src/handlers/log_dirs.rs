@@ -8,7 +8,7 @@ use oxbow_protocol::messages::describe_log_dirs_response::{
 use oxbow_protocol::messages::*;
 
 use super::Ctx;
-use super::util::{s, topic_name};
+use super::util::{entry, s, topic_name};
 
 pub async fn handle(ctx: &Ctx<'_>, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
     let b = ctx.broker;
@@ -40,15 +40,12 @@ pub async fn handle(ctx: &Ctx<'_>, req: DescribeLogDirsRequest) -> DescribeLogDi
         part.partition_size = i64::try_from(size).unwrap_or(i64::MAX);
         part.offset_lag = 0;
         part.is_future_key = false;
-        match dir.topics.iter_mut().find(|t| t.name.0.as_str() == &*p.topic) {
-            Some(t) => t.partitions.push(part),
-            None => {
-                let mut t = DescribeLogDirsTopic::default();
-                t.name = topic_name(&p.topic);
-                t.partitions.push(part);
-                dir.topics.push(t);
-            }
-        }
+        let new = || {
+            let mut t = DescribeLogDirsTopic::default();
+            t.name = topic_name(&p.topic);
+            t
+        };
+        entry(&mut dir.topics, |t| t.name.0.as_str() == &*p.topic, new).partitions.push(part);
     }
     for r in &mut results {
         r.topics.sort_by(|a, b| a.name.0.cmp(&b.name.0));

@@ -4,7 +4,6 @@
 
 use oxbow_meta::controller::{Ongoing, Reassignment};
 use oxbow_meta::{Command, Reply};
-use oxbow_protocol::ResponseError;
 use oxbow_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
 };
@@ -14,13 +13,8 @@ use oxbow_protocol::messages::list_partition_reassignments_response::{
 use oxbow_protocol::messages::*;
 
 use super::Ctx;
-use super::util::{s, topic_name};
+use super::util::{entry, s, topic_name};
 use crate::errors::ApiError;
-
-fn unexpected(reply: &Reply) -> ApiError {
-    tracing::error!(?reply, "unexpected controller reply");
-    ApiError::new(ResponseError::UnknownServerError, "unexpected controller reply")
-}
 
 pub async fn alter(ctx: &Ctx<'_>, req: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse {
     let mut resp = AlterPartitionReassignmentsResponse::default();
@@ -53,7 +47,7 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterPartitionReassignmentsRequest) -> Al
             // The whole request failed: as Kafka's error response, the top-level error and
             // every partition asked for carry it.
             let e = match other {
-                Ok(reply) => unexpected(&reply),
+                Ok(reply) => ApiError::unexpected_reply(&reply),
                 Err(e) => e,
             };
             resp.error_code = e.code();
@@ -66,15 +60,12 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterPartitionReassignmentsRequest) -> Al
         pr.partition_index = partition;
         pr.error_code = error.as_ref().map_or(0, ApiError::code);
         pr.error_message = error.map(|e| s(e.message));
-        match resp.responses.iter_mut().find(|t| t.name.0.as_str() == topic) {
-            Some(t) => t.partitions.push(pr),
-            None => {
-                let mut t = ReassignableTopicResponse::default();
-                t.name = topic_name(&topic);
-                t.partitions.push(pr);
-                resp.responses.push(t);
-            }
-        }
+        let new = || {
+            let mut t = ReassignableTopicResponse::default();
+            t.name = topic_name(&topic);
+            t
+        };
+        entry(&mut resp.responses, |t| t.name.0.as_str() == topic, new).partitions.push(pr);
     }
     resp
 }
@@ -91,7 +82,7 @@ pub async fn list(ctx: &Ctx<'_>, req: ListPartitionReassignmentsRequest) -> List
         Ok(Reply::Reassigning(moves)) => resp.topics = group(moves),
         other => {
             let e = match other {
-                Ok(reply) => unexpected(&reply),
+                Ok(reply) => ApiError::unexpected_reply(&reply),
                 Err(e) => e,
             };
             resp.error_code = e.code();
@@ -110,15 +101,12 @@ fn group(moves: Vec<Ongoing>) -> Vec<OngoingTopicReassignment> {
         p.replicas = m.replicas.into_iter().map(BrokerId).collect();
         p.adding_replicas = m.adding.into_iter().map(BrokerId).collect();
         p.removing_replicas = m.removing.into_iter().map(BrokerId).collect();
-        match out.iter_mut().find(|t| t.name.0.as_str() == m.topic) {
-            Some(t) => t.partitions.push(p),
-            None => {
-                let mut t = OngoingTopicReassignment::default();
-                t.name = topic_name(&m.topic);
-                t.partitions.push(p);
-                out.push(t);
-            }
-        }
+        let new = || {
+            let mut t = OngoingTopicReassignment::default();
+            t.name = topic_name(&m.topic);
+            t
+        };
+        entry(&mut out, |t| t.name.0.as_str() == m.topic, new).partitions.push(p);
     }
     out
 }
@@ -129,7 +117,7 @@ pub async fn unregister_broker(ctx: &Ctx<'_>, req: UnregisterBrokerRequest) -> U
     match ctx.broker.execute(Command::UnregisterBroker { node_id: req.broker_id.0 }).await {
         Ok(Reply::Done) => tracing::info!(node = req.broker_id.0, "broker unregistered"),
         Ok(reply) => {
-            let e = unexpected(&reply);
+            let e = ApiError::unexpected_reply(&reply);
             resp.error_code = e.code();
             resp.error_message = Some(s(e.message));
         }

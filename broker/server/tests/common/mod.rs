@@ -5,12 +5,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use bytes::Bytes;
+use kafka_protocol::protocol::{Request, StrBytes};
 use kafka_protocol::records::Compression;
+use oxbow_protocol::connection::Connection;
 use oxbow_server::{BrokerConfig, Server};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
@@ -60,65 +60,44 @@ impl TestBroker {
     }
 }
 
+/// A test client: the one client connection the broker and the operator use
+/// ([`oxbow_protocol::connection`]), plus raw access for tests of malformed input.
 pub struct Client {
-    pub stream: TcpStream,
-    correlation: i32,
+    conn: Connection,
 }
+
+/// How long a test waits for any one answer.
+const ANSWER: Duration = Duration::from_secs(10);
 
 impl Client {
     pub async fn connect(addr: SocketAddr) -> anyhow::Result<Self> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        Ok(Self { stream, correlation: 0 })
+        Ok(Self { conn: Connection::connect(&addr.to_string(), "oxbow-test", ANSWER).await? })
     }
 
+    /// The frame of `req` under the next correlation id, for tests that write it themselves.
     pub fn frame<R: Request>(&mut self, version: i16, req: &R) -> anyhow::Result<Bytes> {
-        self.correlation += 1;
-        let mut header = RequestHeader::default();
-        header.request_api_key = R::KEY;
-        header.request_api_version = version;
-        header.correlation_id = self.correlation;
-        header.client_id = Some(StrBytes::from_static_str("oxbow-test"));
-        let mut body = BytesMut::new();
-        let key = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("key"))?;
-        header.encode(&mut body, key.request_header_version(version))?;
-        req.encode(&mut body, version)?;
-        let mut out = BytesMut::with_capacity(body.len() + 4);
-        out.put_i32(body.len() as i32);
-        out.extend_from_slice(&body);
-        Ok(out.freeze())
+        Ok(self.conn.frame(version, req)?)
     }
 
-    /// Sends a request and decodes its response.
+    /// Sends a request and decodes its response (no bytes may follow it).
     pub async fn send<R: Request>(&mut self, version: i16, req: &R) -> anyhow::Result<R::Response> {
-        let frame = self.frame(version, req)?;
-        self.stream.write_all(&frame).await?;
-        let mut body = self.read_frame().await?;
-        let corr = body.get_i32();
-        anyhow::ensure!(corr == self.correlation, "correlation id {corr}, expected {}", self.correlation);
-        let key = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("key"))?;
-        let hv = if key == ApiKey::ApiVersions { 0 } else { key.response_header_version(version) };
-        if hv >= 1 {
-            let tagged = body.get_u8();
-            anyhow::ensure!(tagged == 0, "tagged fields in response header");
-        }
-        let resp = R::Response::decode(&mut body, version)?;
-        anyhow::ensure!(body.is_empty(), "{} trailing bytes in response", body.len());
-        Ok(resp)
+        Ok(self.conn.send(version, req, ANSWER).await?)
     }
 
     pub async fn read_frame(&mut self) -> anyhow::Result<Bytes> {
-        let size = tokio::time::timeout(Duration::from_secs(10), self.stream.read_i32()).await??;
-        let mut body = vec![0u8; usize::try_from(size)?];
-        tokio::time::timeout(Duration::from_secs(10), self.stream.read_exact(&mut body)).await??;
-        Ok(Bytes::from(body))
+        Ok(tokio::time::timeout(ANSWER, self.conn.read_frame()).await??)
+    }
+
+    /// The socket, to write raw bytes.
+    pub fn stream(&mut self) -> &mut TcpStream {
+        self.conn.stream_mut()
     }
 
     /// True if the broker closed the connection (EOF or reset) within a few seconds.
     pub async fn is_closed(&mut self) -> bool {
         let mut buf = [0u8; 1024];
         loop {
-            match tokio::time::timeout(Duration::from_secs(5), self.stream.read(&mut buf)).await {
+            match tokio::time::timeout(Duration::from_secs(5), self.stream().read(&mut buf)).await {
                 Ok(Ok(0)) | Ok(Err(_)) => return true,
                 Ok(Ok(_)) => continue,
                 Err(_) => return false,
