@@ -1,5 +1,6 @@
 //! Topic-level behaviour through the wire protocol: recompression, LogAppendTime, timestamp
-//! bounds, long-poll fetches, DeleteRecords surviving a restart, dynamic broker defaults.
+//! bounds, long-poll fetches, DeleteRecords surviving a restart, dynamic broker defaults, and a
+//! shutdown that leaves no task behind.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
@@ -243,5 +244,29 @@ async fn dynamic_broker_defaults_apply_to_topics_at_once_and_survive_restart() -
     assert_eq!(inc_alter(&mut c, BROKER, "", &[("log.retention.ms", 1, None)]).await?.0, 0);
     assert_eq!(describe_key(&mut c, TOPIC, "dyn", "retention.ms").await?.map(|v| v.0), Some("604800000".into()));
     b.stop().await?;
+    Ok(())
+}
+
+/// Every task the server spawns (connections, replication, the ISR change queue, background
+/// jobs, group timers, the metadata quorum) is joined before `Server::run` returns: none is
+/// left alive on the runtime once it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_task_outlives_the_server() -> anyhow::Result<()> {
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    let b = TestBroker::start(&[]).await?;
+    let mut c = b.client().await?;
+    create(&mut c, "s", &[]).await?;
+    let r = produce(&mut c, "s", batch(10, 1_000, Compression::None, None)).await?;
+    assert_eq!(r.error_code, 0);
+    // A long poll in flight on a second connection while the server stops.
+    let mut waiting = b.client().await?;
+    let poll = tokio::spawn(async move { waiting.send(11, &fetch_req("s", 10, 5_000)).await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(metrics.num_alive_tasks() > before + 1, "the server runs tasks");
+    b.stop().await?;
+    let _ = poll.await;
+    drop(c);
+    assert_eq!(metrics.num_alive_tasks(), before, "tasks still alive after Server::run returned");
     Ok(())
 }
