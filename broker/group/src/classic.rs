@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::error::GroupError as E;
+use crate::error::{Answer, GroupError as E};
 use bytes::Bytes;
 
 use crate::records::{GroupValue, StoredMember};
@@ -95,7 +95,7 @@ pub struct JoinedMember {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JoinResponse {
-    pub error: E,
+    pub error: Option<E>,
     pub generation: i32,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
@@ -109,7 +109,7 @@ pub struct JoinResponse {
 impl JoinResponse {
     pub fn error(error: E, member_id: &str) -> Self {
         JoinResponse {
-            error,
+            error: Some(error),
             generation: -1,
             protocol_type: None,
             protocol_name: None,
@@ -135,7 +135,7 @@ pub struct SyncRequest {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncResponse {
-    pub error: E,
+    pub error: Option<E>,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub assignment: Bytes,
@@ -143,7 +143,7 @@ pub struct SyncResponse {
 
 impl SyncResponse {
     pub fn error(error: E) -> Self {
-        SyncResponse { error, protocol_type: None, protocol_name: None, assignment: Bytes::new() }
+        SyncResponse { error: Some(error), protocol_type: None, protocol_name: None, assignment: Bytes::new() }
     }
 }
 
@@ -519,7 +519,7 @@ impl ClassicGroup {
         let protocol = self.protocol.clone().unwrap_or_default();
         let is_leader = self.leader.as_deref() == Some(member_id);
         JoinResponse {
-            error: E::None,
+            error: None,
             generation: self.generation,
             protocol_type: self.protocol_type.clone(),
             protocol_name: self.protocol.clone(),
@@ -824,7 +824,7 @@ impl ClassicGroup {
                 let Some(m) = self.members.get_mut(&req.member_id) else { return fail(E::UnknownMemberId) };
                 m.last_heartbeat = now;
                 let r = SyncResponse {
-                    error: E::None,
+                    error: None,
                     protocol_type: self.protocol_type.clone(),
                     protocol_name: self.protocol.clone(),
                     assignment: m.assignment.clone(),
@@ -849,7 +849,7 @@ impl ClassicGroup {
                             replies.push(Out::Sync(
                                 t,
                                 SyncResponse {
-                                    error: E::None,
+                                    error: None,
                                     protocol_type: self.protocol_type.clone(),
                                     protocol_name: self.protocol.clone(),
                                     assignment: m.assignment.clone(),
@@ -875,35 +875,33 @@ impl ClassicGroup {
         out
     }
 
-    /// Heartbeat: the error to answer with.
-    pub fn heartbeat(&mut self, member_id: &str, instance_id: Option<&str>, generation: i32, now: i64) -> E {
+    /// Heartbeat: what to answer.
+    pub fn heartbeat(&mut self, member_id: &str, instance_id: Option<&str>, generation: i32, now: i64) -> Answer {
         if self.state == GroupState::Dead {
-            return E::CoordinatorNotAvailable;
+            return Err(E::CoordinatorNotAvailable);
         }
-        if let Err(e) = self.validate_member(member_id, instance_id) {
-            return e;
-        }
+        self.validate_member(member_id, instance_id)?;
         if generation != self.generation {
-            return E::IllegalGeneration;
+            return Err(E::IllegalGeneration);
         }
         let state = self.state;
-        let Some(m) = self.members.get_mut(member_id) else { return E::UnknownMemberId };
+        let Some(m) = self.members.get_mut(member_id) else { return Err(E::UnknownMemberId) };
         match state {
-            GroupState::Empty | GroupState::Dead => E::UnknownMemberId,
+            GroupState::Empty | GroupState::Dead => Err(E::UnknownMemberId),
             GroupState::CompletingRebalance | GroupState::Stable => {
                 m.last_heartbeat = now;
-                E::None
+                Ok(())
             }
             GroupState::PreparingRebalance => {
                 m.last_heartbeat = now;
-                E::RebalanceInProgress
+                Err(E::RebalanceInProgress)
             }
         }
     }
 
     /// LeaveGroup for (member id, instance id) pairs; a member may be named by instance id
     /// alone (an empty member id), as admin tools do. Returns each member's error.
-    pub fn leave(&mut self, leaving: &[(String, Option<String>)], now: i64) -> Result<(Vec<E>, Vec<Out>), E> {
+    pub fn leave(&mut self, leaving: &[(String, Option<String>)], now: i64) -> Result<(Vec<Answer>, Vec<Out>), E> {
         if self.state == GroupState::Dead {
             return Err(E::CoordinatorNotAvailable);
         }
@@ -914,22 +912,22 @@ impl ClassicGroup {
                 match instance_id.as_ref().and_then(|i| self.instances.get(i).cloned()) {
                     Some(current) => {
                         self.remove_member(&current, now, &mut out);
-                        E::None
+                        Ok(())
                     }
-                    None => E::UnknownMemberId,
+                    None => Err(E::UnknownMemberId),
                 }
             } else if self.pending.remove(member_id).is_some() {
                 if self.state == GroupState::PreparingRebalance {
                     self.try_complete_join(now, &mut out);
                 }
-                E::None
+                Ok(())
             } else {
                 match self.validate_member(member_id, instance_id.as_deref()) {
                     Ok(()) => {
                         self.remove_member(member_id, now, &mut out);
-                        E::None
+                        Ok(())
                     }
-                    Err(e) => e,
+                    Err(e) => Err(e),
                 }
             };
             errors.push(e);

@@ -98,7 +98,7 @@ impl HeartbeatRequest {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeartbeatResponse {
-    pub error: E,
+    pub error: Option<E>,
     pub message: Option<String>,
     pub member_id: Option<String>,
     pub member_epoch: i32,
@@ -110,7 +110,7 @@ pub struct HeartbeatResponse {
 impl HeartbeatResponse {
     pub fn error(error: E, message: impl Into<String>) -> Self {
         HeartbeatResponse {
-            error,
+            error: Some(error),
             message: Some(message.into()),
             member_id: None,
             member_epoch: 0,
@@ -469,7 +469,7 @@ impl ConsumerGroup {
             self.remove(&member, cfg, now);
         }
         HeartbeatResponse {
-            error: E::None,
+            error: None,
             message: None,
             member_id: Some(req.member_id.clone()),
             member_epoch: req.member_epoch,
@@ -571,7 +571,7 @@ impl ConsumerGroup {
         let m = self.members.get(&req.member_id).ok_or((E::UnknownServerError, String::new()))?;
         let changed = before.as_ref() != Some(&m.assigned);
         Ok(HeartbeatResponse {
-            error: E::None,
+            error: None,
             message: None,
             member_id: Some(m.id.clone()),
             member_epoch: m.epoch,

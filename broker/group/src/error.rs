@@ -4,26 +4,25 @@ use oxbow_protocol::ResponseError;
 
 macro_rules! group_errors {
     ($($v:ident),* $(,)?) => {
-        /// What a group operation answers: success, or one of the Kafka errors the group
-        /// coordinator uses.
+        /// Why a group operation failed: one of the Kafka errors the group coordinator uses.
+        /// Operations return `Result<_, GroupError>`; answers that carry data beside their
+        /// error (JoinGroup's, SyncGroup's) hold an `Option<GroupError>`.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         pub enum GroupError {
-            None,
             $($v,)*
         }
 
         impl GroupError {
-            /// The Kafka error, `None` for success.
-            pub fn kafka(self) -> Option<ResponseError> {
+            /// The Kafka error.
+            pub fn kafka(self) -> ResponseError {
                 match self {
-                    GroupError::None => None,
-                    $(GroupError::$v => Some(ResponseError::$v),)*
+                    $(GroupError::$v => ResponseError::$v,)*
                 }
             }
 
-            /// The Kafka error code (0 for success).
+            /// The Kafka error code.
             pub fn code(self) -> i16 {
-                self.kafka().map_or(0, |e| e.code())
+                self.kafka().code()
             }
         }
     };
@@ -55,3 +54,17 @@ group_errors!(
     InvalidRequest,
     InvalidRegularExpression,
 );
+
+/// The outcome of an operation that answers with no data: the error code of a response
+/// (0 for success).
+pub type Answer = Result<(), GroupError>;
+
+/// The Kafka error code of an optional error (0 for none).
+pub fn code_of(e: Option<GroupError>) -> i16 {
+    e.map_or(0, GroupError::code)
+}
+
+/// The Kafka error code of an [`Answer`] (0 for success).
+pub fn answer_code(a: &Answer) -> i16 {
+    code_of(a.err())
+}

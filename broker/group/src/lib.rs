@@ -19,5 +19,5 @@ pub mod records;
 pub mod shard;
 
 pub use classic::{ClassicGroup, GroupConfig, GroupState, Out, Ticket};
-pub use error::GroupError;
+pub use error::{Answer, GroupError, answer_code, code_of};
 pub use shard::{OffsetConfig, Shard, Write, partition_for};

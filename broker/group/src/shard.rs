@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::error::GroupError as E;
+use crate::error::{Answer, GroupError as E};
 
 use crate::classic::{ClassicGroup, GroupConfig, GroupState, JoinRequest, JoinResponse, Out, SyncRequest, Ticket};
 use crate::consumer::{Catalog, ConsumerConfig, ConsumerGroup, Expired, HeartbeatRequest, HeartbeatResponse};
@@ -234,21 +234,30 @@ impl Shard {
         }
     }
 
-    pub fn heartbeat(&mut self, group: &str, member: &str, instance: Option<&str>, generation: i32, now: i64) -> E {
+    pub fn heartbeat(
+        &mut self,
+        group: &str,
+        member: &str,
+        instance: Option<&str>,
+        generation: i32,
+        now: i64,
+    ) -> Answer {
         match self.groups.get_mut(group) {
             Some(g) => g.heartbeat(member, instance, generation, now),
-            None => E::UnknownMemberId,
+            None => Err(E::UnknownMemberId),
         }
     }
 
-    /// LeaveGroup: the top-level error and each member's.
-    pub fn leave(&mut self, group: &str, members: &[(String, Option<String>)], now: i64) -> (E, Vec<E>, Vec<Out>) {
+    /// LeaveGroup: each member's answer, or the group's error.
+    pub fn leave(
+        &mut self,
+        group: &str,
+        members: &[(String, Option<String>)],
+        now: i64,
+    ) -> Result<(Vec<Answer>, Vec<Out>), E> {
         match self.groups.get_mut(group) {
-            None => (E::None, vec![E::UnknownMemberId; members.len()], Vec::new()),
-            Some(g) => match g.leave(members, now) {
-                Ok((errors, out)) => (E::None, errors, out),
-                Err(e) => (e, Vec::new(), Vec::new()),
-            },
+            None => Ok((vec![Err(E::UnknownMemberId); members.len()], Vec::new())),
+            Some(g) => g.leave(members, now),
         }
     }
 
@@ -297,7 +306,7 @@ impl Shard {
 
     /// OffsetDelete: per partition, the error, and the tombstones to write. Offsets of topics
     /// the group's members are subscribed to cannot be deleted while it has members.
-    pub fn delete_offsets(&self, group: &str, partitions: &[(String, i32)]) -> Result<(Vec<E>, Vec<Write>), E> {
+    pub fn delete_offsets(&self, group: &str, partitions: &[(String, i32)]) -> Result<(Vec<Answer>, Vec<Write>), E> {
         let subscribed: Vec<String> = if let Some(c) = self.consumer.get(group) {
             c.subscribed_topics()
         } else {
@@ -307,10 +316,10 @@ impl Shard {
         let mut writes = Vec::new();
         for (topic, p) in partitions {
             if subscribed.contains(topic) {
-                errors.push(E::GroupSubscribedToTopic);
+                errors.push(Err(E::GroupSubscribedToTopic));
                 continue;
             }
-            errors.push(E::None);
+            errors.push(Ok(()));
             if self.offset(group, topic, *p).is_some() {
                 writes.push(Write::Offset { group: group.into(), topic: topic.clone(), partition: *p, value: None });
             }
@@ -729,7 +738,7 @@ mod tests {
         assert_eq!(t.list()[0].group_type, "consumer");
         // Members carry on at their epochs: no new group epoch, no rebalance.
         let r = t.consumer_heartbeat("g", &beat("a", ea, None), &catalog, 200).0;
-        assert_eq!((r.error, r.member_epoch, r.assignment), (E::None, ea, None));
+        assert_eq!((r.error, r.member_epoch, r.assignment), (None, ea, None));
         assert_eq!(t.consumer_group("g").unwrap().epoch(), before.epoch());
         // Leaving: the member's records become tombstones; a reload no longer has it.
         t.consumer_heartbeat("g", &beat("b", eb, None).clone_with_epoch(-1), &catalog, 300);

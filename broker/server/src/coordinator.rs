@@ -21,17 +21,17 @@ use oxbow_group::classic::{JoinRequest, JoinResponse, SyncRequest, SyncResponse}
 use oxbow_group::consumer::{Catalog, ConsumerGroup, HeartbeatRequest, HeartbeatResponse};
 use oxbow_group::records::OffsetValue;
 use oxbow_group::shard::Listing;
-use oxbow_group::{GroupError, Out, Shard, Ticket, Write, partition_for};
+use oxbow_group::{Answer, GroupError, Out, Shard, Ticket, Write, partition_for};
 use oxbow_log::ReadStart;
 use oxbow_log::batch::{BatchIter, encode_plain, validate_produce};
-use oxbow_protocol::ResponseError;
 use oxbow_protocol::records::{Compression, RecordBatchDecoder};
 use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::{Broker, Topic, now_ms};
+use crate::clock::now_ms;
 use crate::config::GroupSettings;
-use crate::errors::ApiError;
+use crate::errors::BrokerError;
+use crate::metadata_view::{MetadataView, Topic};
 use crate::partition::Partition;
 
 /// The internal topic holding committed offsets and group state.
@@ -118,8 +118,8 @@ impl Coordinator {
     }
 
     /// The topic catalog of the current metadata image.
-    fn catalog(&self, broker: &Broker) -> Arc<Catalog> {
-        let image = broker.image();
+    fn catalog(&self, view: &MetadataView) -> Arc<Catalog> {
+        let image = view.image();
         let mut c = self.catalog.lock();
         if c.0 != image.version {
             let topics = image
@@ -140,16 +140,10 @@ impl Coordinator {
         Ticket(self.next_ticket.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// `__consumer_offsets`, created through the controller on first use.
-    pub async fn offsets_topic(&self, broker: &Broker) -> Result<Arc<Topic>, ApiError> {
-        if let Some(t) = broker.topic(OFFSETS_TOPIC) {
-            return Ok(t);
-        }
-        let _serial = self.loading.lock().await;
-        if let Some(t) = broker.topic(OFFSETS_TOPIC) {
-            return Ok(t);
-        }
-        let configs: BTreeMap<String, String> = [
+    /// How `__consumer_offsets` is created: partitions, replication factor and configs
+    /// (`offsets.topic.*`).
+    pub fn offsets_topic_spec(&self) -> (i32, i16, BTreeMap<String, String>) {
+        let configs = [
             ("cleanup.policy", "compact".to_string()),
             ("segment.bytes", self.settings.topic_segment_bytes.to_string()),
             ("compression.type", "producer".to_string()),
@@ -157,29 +151,17 @@ impl Coordinator {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        match broker
-            .create_topic(
-                OFFSETS_TOPIC,
-                self.settings.topic_partitions,
-                self.settings.topic_replication_factor,
-                None,
-                configs,
-                false,
-            )
-            .await
-        {
-            Ok(Some(t)) => Ok(t),
-            Ok(None) => Err(ApiError::new(ResponseError::CoordinatorNotAvailable, "offsets topic not created")),
-            Err(e) if e.error == ResponseError::TopicAlreadyExists => broker
-                .topic(OFFSETS_TOPIC)
-                .ok_or_else(|| ApiError::new(ResponseError::CoordinatorNotAvailable, "offsets topic not applied yet")),
-            Err(e) => Err(e),
-        }
+        (self.settings.topic_partitions, self.settings.topic_replication_factor, configs)
+    }
+
+    /// Held while `__consumer_offsets` is created, so concurrent first users create it once.
+    pub async fn creating_offsets_topic(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.loading.lock().await
     }
 
     /// The slot coordinating `group`, loading it if this broker just became its leader.
-    async fn slot(&self, broker: &Broker, group: &str) -> Result<Arc<Slot>, GroupError> {
-        let topic = broker.topic(OFFSETS_TOPIC).ok_or(GroupError::CoordinatorNotAvailable)?;
+    async fn slot(&self, view: &MetadataView, group: &str) -> Result<Arc<Slot>, GroupError> {
+        let topic = view.topic(OFFSETS_TOPIC).ok_or(GroupError::CoordinatorNotAvailable)?;
         let index = partition_for(group, topic.meta.partitions);
         self.slot_for(&topic, index).await
     }
@@ -187,10 +169,10 @@ impl Coordinator {
     /// The live shard coordinating `group`, locked.
     async fn locked(
         &self,
-        broker: &Broker,
+        view: &MetadataView,
         group: &str,
     ) -> Result<(Arc<Slot>, OwnedMutexGuard<SlotState>), GroupError> {
-        let slot = self.slot(broker, group).await?;
+        let slot = self.slot(view, group).await?;
         let st = slot.state.clone().lock_owned().await;
         if !st.alive {
             return Err(GroupError::NotCoordinator);
@@ -315,7 +297,7 @@ impl Coordinator {
     }
 
     /// Appends `writes` to the slot's partition and waits until the ISR has them.
-    async fn append(&self, broker: &Broker, slot: &Slot, writes: &[Write]) -> Result<(), GroupError> {
+    async fn append(&self, view: &MetadataView, slot: &Slot, writes: &[Write]) -> Result<(), GroupError> {
         if writes.is_empty() {
             return Ok(());
         }
@@ -329,7 +311,7 @@ impl Coordinator {
         if slot.partition.leader_epoch().ok() != Some(slot.leader_epoch) {
             return Err(GroupError::NotCoordinator);
         }
-        let topic = broker.topic(OFFSETS_TOPIC).ok_or(GroupError::NotCoordinator)?;
+        let topic = view.topic(OFFSETS_TOPIC).ok_or(GroupError::NotCoordinator)?;
         let batches = validate_produce(&bytes, topic.log_config.max_message_bytes).map_err(|e| {
             tracing::warn!(error = %e, "offsets records refused");
             GroupError::InvalidCommitOffsetSize
@@ -349,9 +331,9 @@ impl Coordinator {
 
     /// Delivers what the state machine returned, storing groups on the way (first the records
     /// the shard asked for: consumer group changes from timers, a group changing protocol).
-    async fn run(&self, broker: &Broker, slot: &Slot, st: &mut SlotState, outs: Vec<Out>) {
+    async fn run(&self, view: &MetadataView, slot: &Slot, st: &mut SlotState, outs: Vec<Out>) {
         let writes = st.shard.take_writes();
-        if let Err(e) = self.append(broker, slot, &writes).await {
+        if let Err(e) = self.append(view, slot, &writes).await {
             // The shard is ahead of its log: drop it, so the next request reloads it from the
             // log (as after a leadership change) instead of building on unwritten state.
             tracing::warn!(partition = slot.index, records = writes.len(), error = ?e, "storing group changes failed; reloading the shard");
@@ -372,7 +354,7 @@ impl Coordinator {
                 }
                 Out::Store { group, generation, then } => {
                     let w = st.shard.group_write(&group);
-                    match self.append(broker, slot, &[w]).await {
+                    match self.append(view, slot, &[w]).await {
                         Ok(()) => {
                             for x in then.into_iter().rev() {
                                 queue.push_front(x);
@@ -400,11 +382,11 @@ impl Coordinator {
     }
 
     /// JoinGroup; waits until the group answers (end of the join phase).
-    pub async fn join(&self, broker: &Broker, group: &str, req: JoinRequest) -> JoinResponse {
+    pub async fn join(&self, view: &MetadataView, group: &str, req: JoinRequest) -> JoinResponse {
         let member = req.member_id.clone();
         let (tx, rx) = oneshot::channel();
         {
-            let (slot, mut st) = match self.locked(broker, group).await {
+            let (slot, mut st) = match self.locked(view, group).await {
                 Ok(x) => x,
                 Err(e) => return JoinResponse::error(e, &member),
             };
@@ -413,24 +395,24 @@ impl Coordinator {
             let prefix = req.instance_id.clone().unwrap_or_else(|| req.client_id.clone());
             let new_id = format!("{prefix}-{}", uuid::Uuid::new_v4());
             let outs = st.shard.join(group, req, ticket, new_id, now_ms());
-            self.run(broker, &slot, &mut st, outs).await;
+            self.run(view, &slot, &mut st, outs).await;
         }
         self.wake.notify_one();
         rx.await.unwrap_or_else(|_| JoinResponse::error(GroupError::NotCoordinator, &member))
     }
 
     /// SyncGroup; followers wait for the leader's assignment.
-    pub async fn sync(&self, broker: &Broker, group: &str, req: SyncRequest) -> SyncResponse {
+    pub async fn sync(&self, view: &MetadataView, group: &str, req: SyncRequest) -> SyncResponse {
         let (tx, rx) = oneshot::channel();
         {
-            let (slot, mut st) = match self.locked(broker, group).await {
+            let (slot, mut st) = match self.locked(view, group).await {
                 Ok(x) => x,
                 Err(e) => return SyncResponse::error(e),
             };
             let ticket = self.ticket();
             st.waiters.insert(ticket, Waiter::Sync(tx));
             let outs = st.shard.sync(group, req, ticket, now_ms());
-            self.run(broker, &slot, &mut st, outs).await;
+            self.run(view, &slot, &mut st, outs).await;
         }
         self.wake.notify_one();
         rx.await.unwrap_or_else(|_| SyncResponse::error(GroupError::NotCoordinator))
@@ -438,47 +420,36 @@ impl Coordinator {
 
     pub async fn heartbeat(
         &self,
-        broker: &Broker,
+        view: &MetadataView,
         group: &str,
         member: &str,
         instance: Option<&str>,
         generation: i32,
-    ) -> GroupError {
-        match self.locked(broker, group).await {
-            Ok((_, mut st)) => st.shard.heartbeat(group, member, instance, generation, now_ms()),
-            Err(e) => e,
-        }
+    ) -> Answer {
+        let (_, mut st) = self.locked(view, group).await?;
+        st.shard.heartbeat(group, member, instance, generation, now_ms())
     }
 
-    /// LeaveGroup: the top-level error and each member's.
+    /// LeaveGroup: each member's answer, or the group's error.
     pub async fn leave(
         &self,
-        broker: &Broker,
+        view: &MetadataView,
         group: &str,
         members: &[(String, Option<String>)],
-    ) -> (GroupError, Vec<GroupError>) {
-        let result = {
-            let (slot, mut st) = match self.locked(broker, group).await {
-                Ok(x) => x,
-                Err(e) => return (e, Vec::new()),
-            };
-            let (top, errors, outs) = st.shard.leave(group, members, now_ms());
-            self.run(broker, &slot, &mut st, outs).await;
-            (top, errors)
+    ) -> Result<Vec<Answer>, GroupError> {
+        let answers = {
+            let (slot, mut st) = self.locked(view, group).await?;
+            let (answers, outs) = st.shard.leave(group, members, now_ms())?;
+            self.run(view, &slot, &mut st, outs).await;
+            answers
         };
         self.wake.notify_one();
-        result
+        Ok(answers)
     }
 
-    /// OffsetCommit of checked entries: the group-level error, or each entry's.
-    pub async fn commit(
-        &self,
-        broker: &Broker,
-        group: &str,
-        by: &Committer,
-        entries: Vec<CommitEntry>,
-    ) -> Result<GroupError, GroupError> {
-        let (slot, mut st) = self.locked(broker, group).await?;
+    /// OffsetCommit of checked entries, all or none: the error is every entry's.
+    pub async fn commit(&self, view: &MetadataView, group: &str, by: &Committer, entries: Vec<CommitEntry>) -> Answer {
+        let (slot, mut st) = self.locked(view, group).await?;
         let now = now_ms();
         st.shard.validate_commit(group, &by.member, by.instance.as_deref(), by.generation, by.api_version, now)?;
         let writes: Vec<Write> = entries
@@ -496,13 +467,9 @@ impl Coordinator {
                 }),
             })
             .collect();
-        match self.append(broker, &slot, &writes).await {
-            Ok(()) => {
-                st.shard.apply(&writes);
-                Ok(GroupError::None)
-            }
-            Err(e) => Ok(e),
-        }
+        self.append(view, &slot, &writes).await?;
+        st.shard.apply(&writes);
+        Ok(())
     }
 
     /// Whether `metadata` fits `offset.metadata.max.bytes`.
@@ -514,12 +481,12 @@ impl Coordinator {
     /// Each is (topic, partition, offset, leader epoch, metadata); -1 where none is committed.
     pub async fn fetch_offsets(
         &self,
-        broker: &Broker,
+        view: &MetadataView,
         group: &str,
         wanted: Option<Vec<(String, Vec<i32>)>>,
         member: Option<(Option<&str>, i32)>,
     ) -> Result<Vec<(String, Vec<(i32, Option<OffsetValue>)>)>, GroupError> {
-        let (_, st) = self.locked(broker, group).await?;
+        let (_, st) = self.locked(view, group).await?;
         if let Some((member, epoch)) = member {
             st.shard.validate_fetch(group, member, epoch)?;
         }
@@ -544,39 +511,31 @@ impl Coordinator {
     /// OffsetDelete: each partition's error.
     pub async fn delete_offsets(
         &self,
-        broker: &Broker,
+        view: &MetadataView,
         group: &str,
         partitions: &[(String, i32)],
-    ) -> Result<Vec<GroupError>, GroupError> {
-        let (slot, mut st) = self.locked(broker, group).await?;
+    ) -> Result<Vec<Answer>, GroupError> {
+        let (slot, mut st) = self.locked(view, group).await?;
         let (errors, writes) = st.shard.delete_offsets(group, partitions)?;
-        self.append(broker, &slot, &writes).await?;
+        self.append(view, &slot, &writes).await?;
         st.shard.apply(&writes);
         Ok(errors)
     }
 
     /// DeleteGroups for one group.
-    pub async fn delete_group(&self, broker: &Broker, group: &str) -> GroupError {
-        let (slot, mut st) = match self.locked(broker, group).await {
-            Ok(x) => x,
-            Err(e) => return e,
-        };
-        let writes = match st.shard.delete_group(group) {
-            Ok(w) => w,
-            Err(e) => return e,
-        };
-        if let Err(e) = self.append(broker, &slot, &writes).await {
-            return e;
-        }
+    pub async fn delete_group(&self, view: &MetadataView, group: &str) -> Answer {
+        let (slot, mut st) = self.locked(view, group).await?;
+        let writes = st.shard.delete_group(group)?;
+        self.append(view, &slot, &writes).await?;
         st.shard.apply(&writes);
         let outs = st.shard.remove_group(group, now_ms());
-        self.run(broker, &slot, &mut st, outs).await;
+        self.run(view, &slot, &mut st, outs).await;
         tracing::info!(group, "deleted group");
-        GroupError::None
+        Ok(())
     }
 
-    pub async fn describe(&self, broker: &Broker, group: &str) -> Result<Option<Described>, GroupError> {
-        let (_, st) = self.locked(broker, group).await?;
+    pub async fn describe(&self, view: &MetadataView, group: &str) -> Result<Option<Described>, GroupError> {
+        let (_, st) = self.locked(view, group).await?;
         if st.shard.consumer_group(group).is_some() {
             // Not a classic group: DescribeGroups answers as for a missing one.
             return Err(GroupError::GroupIdNotFound);
@@ -596,14 +555,19 @@ impl Coordinator {
     /// ConsumerGroupHeartbeat (KIP-848). What changed is written as Kafka's consumer group
     /// records before the answer; if they cannot be written the group is put back as it was
     /// and the member gets the error.
-    pub async fn consumer_heartbeat(&self, broker: &Broker, group: &str, req: HeartbeatRequest) -> HeartbeatResponse {
-        let catalog = self.catalog(broker);
+    pub async fn consumer_heartbeat(
+        &self,
+        view: &MetadataView,
+        group: &str,
+        req: HeartbeatRequest,
+    ) -> HeartbeatResponse {
+        let catalog = self.catalog(view);
         let failed = |e: GroupError| HeartbeatResponse { message: None, ..HeartbeatResponse::error(e, "") };
-        let r = match self.locked(broker, group).await {
+        let r = match self.locked(view, group).await {
             Ok((slot, mut st)) => {
                 let (r, undo) = st.shard.consumer_heartbeat(group, &req, &catalog, now_ms());
                 let writes = st.shard.take_writes();
-                match self.append(broker, &slot, &writes).await {
+                match self.append(view, &slot, &writes).await {
                     Ok(()) => r,
                     Err(e) => {
                         tracing::warn!(group, error = ?e, "storing the consumer group failed");
@@ -623,11 +587,11 @@ impl Coordinator {
     /// the error and message Kafka gives.
     pub async fn describe_consumer(
         &self,
-        broker: &Broker,
+        view: &MetadataView,
         group: &str,
     ) -> Result<(ConsumerGroup, Arc<Catalog>), (GroupError, Option<String>)> {
-        let catalog = self.catalog(broker);
-        let (_, st) = self.locked(broker, group).await.map_err(|e| (e, None))?;
+        let catalog = self.catalog(view);
+        let (_, st) = self.locked(view, group).await.map_err(|e| (e, None))?;
         if let Some(g) = st.shard.consumer_group(group) {
             return Ok((g.clone(), catalog));
         }
@@ -638,8 +602,8 @@ impl Coordinator {
     }
 
     /// Every group this broker coordinates.
-    pub async fn list(&self, broker: &Broker) -> Result<Vec<Listing>, GroupError> {
-        self.sync_leadership(broker).await;
+    pub async fn list(&self, view: &MetadataView) -> Result<Vec<Listing>, GroupError> {
+        self.sync_leadership(view).await;
         let slots: Vec<Arc<Slot>> = self.slots.lock().values().cloned().collect();
         let mut out = Vec::new();
         for s in slots {
@@ -653,8 +617,8 @@ impl Coordinator {
     }
 
     /// Loads the partitions this broker leads and drops those it no longer leads.
-    async fn sync_leadership(&self, broker: &Broker) {
-        let Some(topic) = broker.topic(OFFSETS_TOPIC) else {
+    async fn sync_leadership(&self, view: &MetadataView) {
+        let Some(topic) = view.topic(OFFSETS_TOPIC) else {
             let all: Vec<Arc<Slot>> = self.slots.lock().drain().map(|(_, s)| s).collect();
             for s in all {
                 self.unload(s).await;
@@ -686,13 +650,13 @@ impl Coordinator {
     }
 
     /// The timer task: group deadlines, leadership changes, offset expiry.
-    pub async fn run_timers(self: Arc<Self>, broker: Arc<Broker>, stop: CancellationToken) {
+    pub async fn run_timers(self: Arc<Self>, view: Arc<MetadataView>, stop: CancellationToken) {
         let mut last_version = u64::MAX;
         let mut next_expiry = now_ms() + self.settings.retention_check_interval_ms as i64;
         loop {
-            let version = broker.image().version;
+            let version = view.image().version;
             if version != last_version {
-                self.sync_leadership(&broker).await;
+                self.sync_leadership(&view).await;
                 last_version = version;
             }
             let now = now_ms();
@@ -712,10 +676,10 @@ impl Coordinator {
                     for (group, e) in expired {
                         tracing::info!(group = %group, member = %e.member_id, reason = e.reason, "removed consumer group member");
                     }
-                    self.run(&broker, &slot, &mut st, outs).await;
+                    self.run(&view, &slot, &mut st, outs).await;
                 }
                 if expire {
-                    self.expire(&broker, &slot, &mut st, now).await;
+                    self.expire(&view, &slot, &mut st, now).await;
                 }
                 if let Some(d) = st.shard.next_deadline() {
                     next = next.min(d);
@@ -733,17 +697,17 @@ impl Coordinator {
         }
     }
 
-    async fn expire(&self, broker: &Broker, slot: &Slot, st: &mut SlotState, now: i64) {
+    async fn expire(&self, view: &MetadataView, slot: &Slot, st: &mut SlotState, now: i64) {
         let (writes, gone) = st.shard.expired(now);
         if writes.is_empty() {
             return;
         }
-        match self.append(broker, slot, &writes).await {
+        match self.append(view, slot, &writes).await {
             Ok(()) => {
                 st.shard.apply(&writes);
                 for g in &gone {
                     let outs = st.shard.remove_group(g, now);
-                    self.run(broker, slot, st, outs).await;
+                    self.run(view, slot, st, outs).await;
                 }
                 tracing::info!(
                     partition = slot.index,
@@ -772,10 +736,10 @@ pub async fn detached<T: Send + 'static>(f: impl std::future::Future<Output = T>
 }
 
 /// Kafka's coordinator errors for a failed append to `__consumer_offsets`.
-fn store_error(e: &ApiError) -> GroupError {
-    match e.error {
-        ResponseError::NotLeaderOrFollower | ResponseError::KafkaStorageError => GroupError::NotCoordinator,
-        ResponseError::MessageTooLarge | ResponseError::RecordListTooLarge => GroupError::InvalidCommitOffsetSize,
+fn store_error(e: &BrokerError) -> GroupError {
+    match e {
+        BrokerError::NotLeader(_) | BrokerError::Storage(_) => GroupError::NotCoordinator,
+        BrokerError::MessageTooLarge(_) | BrokerError::RecordListTooLarge(_) => GroupError::InvalidCommitOffsetSize,
         _ => GroupError::CoordinatorNotAvailable,
     }
 }

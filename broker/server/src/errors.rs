@@ -1,100 +1,314 @@
-//! The one place where internal errors become Kafka error codes. Handlers never pick codes for
-//! storage or validation failures inline; they call [`code`] (or build an [`ApiError`]).
+//! The broker's typed errors, and the one place in the server where they become Kafka error
+//! codes. Handlers and the parts below them return a [`BrokerError`]; no other file of this crate
+//! names a Kafka error code (`errors_are_mapped_in_one_place` in `layout.rs` checks it).
+//! Group answers are typed the same way by `oxbow_group::GroupError`, mapped in its crate.
 
 use oxbow_log::{BatchError, LogError};
 use oxbow_protocol::ResponseError;
 
-/// A per-request failure with the Kafka error it maps to and an optional message for clients.
+/// Why a request (or one partition of it) failed. Each variant carries the message clients see
+/// in `error_message` where the response has one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{error:?}: {message}")]
-pub struct ApiError {
-    pub error: ResponseError,
-    pub message: String,
+pub enum BrokerError {
+    // Topics and partitions.
+    /// A topic looked up by name (or one of its partitions) is not in the metadata.
+    #[error("{0}")]
+    UnknownTopic(String),
+    /// A topic looked up by id is not in the metadata.
+    #[error("unknown topic id")]
+    UnknownTopicId,
+    #[error("{0}")]
+    InvalidTopic(String),
+    #[error("{0}")]
+    TopicExists(String),
+    #[error("delete.topic.enable is false")]
+    TopicDeletionDisabled,
+    #[error("{0}")]
+    InvalidPartitions(String),
+    #[error("{0}")]
+    InvalidReplicationFactor(String),
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    #[error("{0}")]
+    NoReassignmentInProgress(String),
+    #[error("{0}")]
+    IneligibleReplica(String),
+    #[error("{0}")]
+    InvalidUpdateVersion(String),
+    /// A partition whose leader is not known yet (Metadata).
+    #[error("leader not available")]
+    LeaderNotAvailable,
+
+    // Leadership and replication.
+    /// This broker does not lead the partition (or may not act as its leader right now).
+    #[error("{0}")]
+    NotLeader(String),
+    #[error("{0}")]
+    FencedLeaderEpoch(String),
+    #[error("{0}")]
+    UnknownLeaderEpoch(String),
+    #[error("{0}")]
+    NotEnoughReplicas(String),
+    #[error("Leader election not needed for topic partition.")]
+    ElectionNotNeeded,
+    #[error("{0}")]
+    PreferredLeaderNotAvailable(String),
+    #[error("{0}")]
+    EligibleLeadersNotAvailable(String),
+
+    // What the log refused (see `From<LogError>`).
+    #[error("{0}")]
+    CorruptRecords(String),
+    #[error("{0}")]
+    MessageTooLarge(String),
+    #[error("{0}")]
+    RecordListTooLarge(String),
+    #[error("{0}")]
+    InvalidRecord(String),
+    #[error("{0}")]
+    InvalidTimestamp(String),
+    #[error("{0}")]
+    OffsetOutOfRange(String),
+    #[error("{0}")]
+    OutOfOrderSequence(String),
+    #[error("{0}")]
+    InvalidProducerEpoch(String),
+    /// The log itself is unusable (I/O error, corruption on disk).
+    #[error("{0}")]
+    Storage(String),
+
+    // Requests.
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("{0}")]
+    InvalidConfig(String),
+    #[error("acks={0}")]
+    InvalidRequiredAcks(i16),
+    #[error("{0}")]
+    UnsupportedVersion(String),
+    #[error("{0}")]
+    TimedOut(String),
+    #[error("fetch session not found")]
+    FetchSessionNotFound,
+    #[error("offset metadata too large")]
+    OffsetMetadataTooLarge,
+    /// A transactional id was given: transactions are not supported yet.
+    #[error("transactions are not supported yet")]
+    TransactionsUnsupported,
+    #[error("{0}")]
+    CoordinatorNotAvailable(String),
+
+    // The controller and the quorum.
+    #[error("{0}")]
+    NotController(String),
+    #[error("{0}")]
+    StaleBrokerEpoch(String),
+    #[error("{0}")]
+    BrokerNotRegistered(String),
+    #[error("{0}")]
+    DuplicateBrokerRegistration(String),
+    #[error("node {0} is already a voter")]
+    DuplicateVoter(i32),
+    #[error("node {0} is not a voter")]
+    VoterNotFound(i32),
+    #[error("{0}")]
+    InconsistentClusterId(String),
+
+    /// A bug or an impossible state: logged where it is built, UNKNOWN_SERVER_ERROR for clients.
+    #[error("{0}")]
+    Internal(String),
 }
 
-impl ApiError {
-    pub fn new(error: ResponseError, message: impl Into<String>) -> Self {
-        Self { error, message: message.into() }
+impl BrokerError {
+    /// UNKNOWN_TOPIC_ID when the topic was named by id, UNKNOWN_TOPIC_OR_PARTITION by name.
+    pub fn unknown_topic(by_id: bool) -> Self {
+        if by_id { BrokerError::UnknownTopicId } else { BrokerError::UnknownTopic("unknown topic or partition".into()) }
     }
-    pub fn code(&self) -> i16 {
-        self.error.code()
-    }
+
     /// The controller answered a command with a reply of the wrong kind (a bug): logged, and
     /// UNKNOWN_SERVER_ERROR for the client.
     pub fn unexpected_reply(reply: &oxbow_meta::Reply) -> Self {
         tracing::error!(?reply, "unexpected controller reply");
-        ApiError::new(ResponseError::UnknownServerError, "unexpected controller reply")
+        BrokerError::Internal("unexpected controller reply".into())
     }
-}
 
-/// Kafka's error for a log error.
-pub fn log_error(e: &LogError) -> ResponseError {
-    match e {
-        LogError::Batch(BatchError::Corrupt(_)) => ResponseError::CorruptMessage,
-        LogError::Batch(BatchError::TooLarge { .. }) => ResponseError::MessageTooLarge,
-        LogError::Batch(BatchError::InvalidRecord(_)) => ResponseError::InvalidRecord,
-        LogError::Batch(BatchError::InvalidTimestamp { .. }) => ResponseError::InvalidTimestamp,
-        LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-        LogError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
-        LogError::ProducerFenced { .. } => ResponseError::InvalidProducerEpoch,
-        LogError::BatchLargerThanSegment { .. } => ResponseError::RecordListTooLarge,
-        LogError::Io { .. } | LogError::Corrupt { .. } => ResponseError::KafkaStorageError,
+    /// The message for a response's `error_message`.
+    pub fn message(&self) -> String {
+        self.to_string()
     }
-}
 
-impl From<LogError> for ApiError {
-    fn from(e: LogError) -> Self {
-        if e.is_storage_error() {
-            tracing::error!(error = %e, "storage error");
+    /// The Kafka error code.
+    pub fn code(&self) -> i16 {
+        self.kafka().code()
+    }
+
+    fn kafka(&self) -> ResponseError {
+        use BrokerError as B;
+        use ResponseError as K;
+        match self {
+            B::UnknownTopic(_) => K::UnknownTopicOrPartition,
+            B::UnknownTopicId => K::UnknownTopicId,
+            B::InvalidTopic(_) => K::InvalidTopicException,
+            B::TopicExists(_) => K::TopicAlreadyExists,
+            B::TopicDeletionDisabled => K::TopicDeletionDisabled,
+            B::InvalidPartitions(_) => K::InvalidPartitions,
+            B::InvalidReplicationFactor(_) => K::InvalidReplicationFactor,
+            B::InvalidReplicaAssignment(_) => K::InvalidReplicaAssignment,
+            B::NoReassignmentInProgress(_) => K::NoReassignmentInProgress,
+            B::IneligibleReplica(_) => K::IneligibleReplica,
+            B::InvalidUpdateVersion(_) => K::InvalidUpdateVersion,
+            B::LeaderNotAvailable => K::LeaderNotAvailable,
+            B::NotLeader(_) => K::NotLeaderOrFollower,
+            B::FencedLeaderEpoch(_) => K::FencedLeaderEpoch,
+            B::UnknownLeaderEpoch(_) => K::UnknownLeaderEpoch,
+            B::NotEnoughReplicas(_) => K::NotEnoughReplicas,
+            B::ElectionNotNeeded => K::ElectionNotNeeded,
+            B::PreferredLeaderNotAvailable(_) => K::PreferredLeaderNotAvailable,
+            B::EligibleLeadersNotAvailable(_) => K::EligibleLeadersNotAvailable,
+            B::CorruptRecords(_) => K::CorruptMessage,
+            B::MessageTooLarge(_) => K::MessageTooLarge,
+            B::RecordListTooLarge(_) => K::RecordListTooLarge,
+            B::InvalidRecord(_) => K::InvalidRecord,
+            B::InvalidTimestamp(_) => K::InvalidTimestamp,
+            B::OffsetOutOfRange(_) => K::OffsetOutOfRange,
+            B::OutOfOrderSequence(_) => K::OutOfOrderSequenceNumber,
+            B::InvalidProducerEpoch(_) => K::InvalidProducerEpoch,
+            B::Storage(_) => K::KafkaStorageError,
+            B::InvalidRequest(_) => K::InvalidRequest,
+            B::InvalidConfig(_) => K::InvalidConfig,
+            B::InvalidRequiredAcks(_) => K::InvalidRequiredAcks,
+            B::UnsupportedVersion(_) => K::UnsupportedVersion,
+            B::TimedOut(_) => K::RequestTimedOut,
+            B::FetchSessionNotFound => K::FetchSessionIdNotFound,
+            B::OffsetMetadataTooLarge => K::OffsetMetadataTooLarge,
+            // Kafka's answer to a transactional producer where transactions cannot be used.
+            B::TransactionsUnsupported => K::TransactionalIdAuthorizationFailed,
+            B::CoordinatorNotAvailable(_) => K::CoordinatorNotAvailable,
+            B::NotController(_) => K::NotController,
+            B::StaleBrokerEpoch(_) => K::StaleBrokerEpoch,
+            B::BrokerNotRegistered(_) => K::BrokerIdNotRegistered,
+            B::DuplicateBrokerRegistration(_) => K::DuplicateBrokerRegistration,
+            B::DuplicateVoter(_) => K::DuplicateVoter,
+            B::VoterNotFound(_) => K::VoterNotFound,
+            B::InconsistentClusterId(_) => K::InconsistentClusterId,
+            B::Internal(_) => K::UnknownServerError,
         }
-        ApiError { error: log_error(&e), message: e.to_string() }
     }
 }
 
-impl From<BatchError> for ApiError {
+impl From<LogError> for BrokerError {
+    fn from(e: LogError) -> Self {
+        use BrokerError as B;
+        let m = e.to_string();
+        match e {
+            LogError::Batch(b) => b.into(),
+            LogError::OffsetOutOfRange { .. } => B::OffsetOutOfRange(m),
+            LogError::OutOfOrderSequence { .. } => B::OutOfOrderSequence(m),
+            LogError::ProducerFenced { .. } => B::InvalidProducerEpoch(m),
+            LogError::BatchLargerThanSegment { .. } => B::RecordListTooLarge(m),
+            LogError::Io { .. } | LogError::Corrupt { .. } => {
+                tracing::error!(error = %m, "storage error");
+                B::Storage(m)
+            }
+        }
+    }
+}
+
+impl From<BatchError> for BrokerError {
     fn from(e: BatchError) -> Self {
-        LogError::Batch(e).into()
+        let m = e.to_string();
+        match e {
+            BatchError::Corrupt(_) => BrokerError::CorruptRecords(m),
+            BatchError::TooLarge { .. } => BrokerError::MessageTooLarge(m),
+            BatchError::InvalidRecord(_) => BrokerError::InvalidRecord(m),
+            BatchError::InvalidTimestamp { .. } => BrokerError::InvalidTimestamp(m),
+        }
     }
 }
 
-impl From<crate::topic_config::InvalidTopicConfig> for ApiError {
+impl From<crate::topic_config::InvalidTopicConfig> for BrokerError {
     fn from(e: crate::topic_config::InvalidTopicConfig) -> Self {
-        ApiError::new(ResponseError::InvalidConfig, e.0)
+        BrokerError::InvalidConfig(e.0)
     }
 }
 
-/// Kafka's error for a controller's refusal or an unreachable quorum.
-impl From<oxbow_meta::CommandError> for ApiError {
+/// A controller's refusal, or an unreachable quorum.
+impl From<oxbow_meta::CommandError> for BrokerError {
     fn from(e: oxbow_meta::CommandError) -> Self {
+        use BrokerError as B;
         use oxbow_meta::{CommandError as C, Refusal as R};
-        let error = match &e {
-            C::Refused(r) => match r {
-                R::TopicAlreadyExists(_) => ResponseError::TopicAlreadyExists,
-                R::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
-                R::InvalidPartitions(_) => ResponseError::InvalidPartitions,
-                R::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
-                R::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
-                R::StaleBrokerEpoch(_) => ResponseError::StaleBrokerEpoch,
-                R::BrokerNotRegistered(_) => ResponseError::BrokerIdNotRegistered,
-                R::DuplicateBrokerRegistration(_) => ResponseError::DuplicateBrokerRegistration,
-                R::NotLeader(_) => ResponseError::NotLeaderOrFollower,
-                R::FencedLeaderEpoch(_) => ResponseError::FencedLeaderEpoch,
-                R::InvalidUpdateVersion(_) => ResponseError::InvalidUpdateVersion,
-                R::IneligibleReplica(_) => ResponseError::IneligibleReplica,
-                R::NoReassignmentInProgress(_) => ResponseError::NoReassignmentInProgress,
-            },
-            C::NotController { .. } => ResponseError::NotController,
-            C::Unavailable(_) => ResponseError::RequestTimedOut,
-        };
-        let message = match e {
-            C::Refused(r) => r.to_string(),
-            other => other.to_string(),
-        };
-        ApiError { error, message }
+        match e {
+            C::Refused(r) => {
+                let m = r.to_string();
+                match r {
+                    R::TopicAlreadyExists(_) => B::TopicExists(m),
+                    R::UnknownTopic(_) => B::UnknownTopic(m),
+                    R::InvalidPartitions(_) => B::InvalidPartitions(m),
+                    R::InvalidReplicationFactor(_) => B::InvalidReplicationFactor(m),
+                    R::InvalidReplicaAssignment(_) => B::InvalidReplicaAssignment(m),
+                    R::StaleBrokerEpoch(_) => B::StaleBrokerEpoch(m),
+                    R::BrokerNotRegistered(_) => B::BrokerNotRegistered(m),
+                    R::DuplicateBrokerRegistration(_) => B::DuplicateBrokerRegistration(m),
+                    R::NotLeader(_) => B::NotLeader(m),
+                    R::FencedLeaderEpoch(_) => B::FencedLeaderEpoch(m),
+                    R::InvalidUpdateVersion(_) => B::InvalidUpdateVersion(m),
+                    R::IneligibleReplica(_) => B::IneligibleReplica(m),
+                    R::NoReassignmentInProgress(_) => B::NoReassignmentInProgress(m),
+                }
+            }
+            e @ C::NotController { .. } => B::NotController(e.to_string()),
+            e @ C::Unavailable(_) => B::TimedOut(e.to_string()),
+        }
     }
 }
 
-/// Shorthand for the code of a [`ResponseError`].
-pub fn code(e: ResponseError) -> i16 {
-    e.code()
+/// Why a connection was closed by the broker.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Protocol(#[from] oxbow_protocol::ProtocolError),
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// What a peer's partition-level error code means to a follower fetching from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerError {
+    None,
+    /// The follower asked below the leader's log start (or past its end).
+    OffsetOutOfRange,
+    /// Any other error, with its Kafka name for the logs.
+    Other(ResponseError),
+}
+
+impl PeerError {
+    pub fn from_code(code: i16) -> Self {
+        match ResponseError::try_from_code(code) {
+            None => PeerError::None,
+            Some(ResponseError::OffsetOutOfRange) => PeerError::OffsetOutOfRange,
+            Some(other) => PeerError::Other(other),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_errors_map_to_kafka_codes() {
+        assert_eq!(BrokerError::unknown_topic(false).code(), 3);
+        assert_eq!(BrokerError::unknown_topic(true).code(), 100);
+        assert_eq!(BrokerError::NotLeader(String::new()).code(), 6);
+        assert_eq!(BrokerError::TimedOut(String::new()).code(), 7);
+        assert_eq!(BrokerError::InvalidRequest(String::new()).code(), 42);
+        assert_eq!(BrokerError::from(LogError::OffsetOutOfRange { offset: 9, start: 0, end: 3 }).code(), 1);
+        assert_eq!(BrokerError::TransactionsUnsupported.code(), 53);
+        assert_eq!(PeerError::from_code(0), PeerError::None);
+        assert_eq!(PeerError::from_code(1), PeerError::OffsetOutOfRange);
+        assert_eq!(PeerError::from_code(74), PeerError::Other(ResponseError::FencedLeaderEpoch));
+    }
 }

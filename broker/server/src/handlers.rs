@@ -10,11 +10,11 @@ use bytes::{Bytes, BytesMut};
 use oxbow_protocol::codec::{AnyRequest, decode_any, encode_response};
 use oxbow_protocol::frame::peek_header;
 use oxbow_protocol::messages::{ApiVersionsResponse, RequestHeader};
-use oxbow_protocol::{ApiKey, ResponseError, versions};
+use oxbow_protocol::{ApiKey, versions};
 use tracing::Instrument;
 
 use crate::broker::Broker;
-use crate::network::ConnError;
+use crate::errors::ConnError;
 
 mod admin;
 mod api_versions;
@@ -56,7 +56,7 @@ pub async fn dispatch(
         if api == ApiKey::ApiVersions {
             // KIP-511: answer in v0 with UNSUPPORTED_VERSION and our ranges; the client retries.
             let mut resp = ApiVersionsResponse::default();
-            resp.error_code = ResponseError::UnsupportedVersion.code();
+            resp.error_code = crate::errors::BrokerError::UnsupportedVersion(String::new()).code();
             resp.api_keys = api_versions::ranges();
             return Ok(Some(encode_response(api, 0, peek.correlation_id, &resp)?));
         }

@@ -20,7 +20,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::broker::{Broker, now_ms};
+use crate::clock::now_ms;
+use crate::controller_client::ControllerClient;
 use crate::partition::{IsrChange, Partition};
 
 /// How long a refused change waits before its partition may propose again.
@@ -95,23 +96,23 @@ impl IsrChanges {
         self.queue.lock().submit((topic_id, part.index), Queued { part, change });
         self.wake.notify_one();
     }
-
-    /// How many changes wait to be sent.
-    pub fn queued(&self) -> usize {
-        self.queue.lock().len()
-    }
 }
 
-/// Sends queued ISR changes until `stop`.
-pub async fn run(broker: Arc<Broker>, stop: CancellationToken) {
-    let changes = &broker.isr_changes;
+/// Sends queued ISR changes to the active controller (through `controller`, as node
+/// `node_id`) until `stop`.
+pub async fn run(changes: &IsrChanges, controller: &ControllerClient, node_id: i32, stop: CancellationToken) {
     loop {
-        for p in changes.queue.lock().due(now_ms()) {
+        let (failed, next, pause) = {
+            let mut q = changes.queue.lock();
+            let failed = q.due(now_ms());
+            let next = q.pop();
+            let pause = q.next_due().map(|at| Duration::from_millis((at - now_ms()).max(1) as u64));
+            (failed, next, pause)
+        };
+        for p in failed {
             p.isr_change_failed();
         }
-        let next = changes.queue.lock().pop();
         let Some(((topic_id, partition), Queued { part, change })) = next else {
-            let pause = changes.queue.lock().next_due().map(|at| Duration::from_millis((at - now_ms()).max(1) as u64));
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = changes.wake.notified() => {}
@@ -120,8 +121,8 @@ pub async fn run(broker: Arc<Broker>, stop: CancellationToken) {
             continue;
         };
         let cmd = Command::AlterPartition {
-            node_id: broker.node_id(),
-            broker_epoch: broker.broker_epoch(),
+            node_id,
+            broker_epoch: controller.broker_epoch(),
             topic_id,
             partition,
             leader_epoch: change.leader_epoch,
@@ -130,12 +131,12 @@ pub async fn run(broker: Arc<Broker>, stop: CancellationToken) {
         };
         let result = tokio::select! {
             _ = stop.cancelled() => return,
-            r = broker.execute(cmd) => r,
+            r = controller.execute(cmd) => r,
         };
         match result {
             Ok(_) => tracing::info!(topic = %part.topic, partition, isr = ?change.isr, "ISR changed"),
             Err(e) => {
-                tracing::warn!(topic = %part.topic, partition, isr = ?change.isr, error = %e.message, "ISR change refused");
+                tracing::warn!(topic = %part.topic, partition, isr = ?change.isr, error = %e, "ISR change refused");
                 changes.queue.lock().refused(part, now_ms());
             }
         }

@@ -23,20 +23,28 @@
 //! controlled shutdown, flush, checkpoint, marker).
 
 pub mod broker;
+pub mod clock;
 pub mod config;
+pub mod controller_client;
 pub mod coordinator;
+pub mod docs;
 pub mod errors;
 pub mod format;
 pub mod handlers;
 pub mod health;
 pub mod isr;
+#[cfg(test)]
+mod layout;
+pub mod log_manager;
 pub mod metadata;
+pub mod metadata_view;
 pub mod network;
 pub mod partition;
 pub mod quota;
 pub mod replica;
 pub mod replication;
 pub mod startup;
+pub mod stats;
 pub mod tasks;
 pub mod telemetry;
 pub mod topic_config;
@@ -50,8 +58,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-pub use broker::{Broker, StartupError};
+pub use broker::Broker;
 pub use config::{BrokerConfig, ConfigError};
+pub use log_manager::StartupError;
 
 /// A broker with its storage open, its listener bound, and its place in the metadata quorum.
 pub struct Server {
@@ -129,26 +138,26 @@ impl Server {
         let meta_stop = CancellationToken::new();
         let mut meta_tasks = JoinSet::new();
         let quorum = Quorum::start(qcfg, &mut meta_tasks, meta_stop.clone()).await?;
-        broker.set_quorum(quorum.clone());
+        broker.controller.set_quorum(quorum.clone());
         health.set_quorum(quorum.clone());
         meta_tasks.spawn(follow_image(broker.clone(), quorum.clone(), meta_stop.clone()));
         let legacy =
             if broker.config.controller_role { metadata::read_legacy(&broker.config.log_dirs[0])? } else { None };
         if legacy.is_some() {
-            broker.hold_strays(true);
+            broker.logs.hold_strays(true);
         }
         startup::join_cluster(&broker).await;
         if let Some(legacy) = legacy {
             startup::import_legacy(&broker, legacy).await?;
-            broker.hold_strays(false);
+            broker.logs.hold_strays(false);
         }
         let version = quorum.image().version;
-        broker.wait_applied(version, std::time::Duration::from_secs(600)).await;
-        broker.remove_strays(&broker.image());
+        broker.controller.wait_applied(version, std::time::Duration::from_secs(600)).await;
+        broker.remove_strays();
         tracing::info!(
             topics = broker.all_topics().len(),
             partitions = broker.all_partitions().len(),
-            recovered_partitions = broker.recovered_partitions.load(std::sync::atomic::Ordering::Relaxed),
+            recovered_partitions = broker.logs.recovered_partitions.load(std::sync::atomic::Ordering::Relaxed),
             cluster_id = %broker.cluster_id,
             "storage loaded"
         );
@@ -175,9 +184,10 @@ impl Server {
         let token = CancellationToken::new();
         let mut jobs = JoinSet::new();
         tasks::spawn_all(&mut jobs, self.broker.clone(), token.clone());
-        jobs.spawn(self.broker.groups.clone().run_timers(self.broker.clone(), token.child_token()));
+        jobs.spawn(self.broker.groups.clone().run_timers(self.broker.view.clone(), token.child_token()));
         jobs.spawn(replication::run(self.broker.clone(), token.child_token()));
-        jobs.spawn(isr::run(self.broker.clone(), token.child_token()));
+        let (b, stop) = (self.broker.clone(), token.child_token());
+        jobs.spawn(async move { isr::run(&b.isr_changes, &b.controller, b.node_id(), stop).await });
         self.meta_tasks.spawn(startup::heartbeats(self.broker.clone(), self.meta_stop.clone()));
         self.health.set(health::Phase::Serving);
         let health = self.health.clone();

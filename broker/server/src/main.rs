@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use oxbow_server::config::{BrokerConfig, config_docs, help_text};
+use oxbow_server::config::BrokerConfig;
+use oxbow_server::docs::{config_docs, help_text};
 use oxbow_server::format::{FormatOptions, InitialControllers, USAGE as FORMAT_USAGE, parse_initial_controllers};
 use tracing_subscriber::EnvFilter;
 

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::broker::Broker;
+use crate::errors::ConnError;
 use crate::handlers;
 
 /// Global limits shared by all connections.
@@ -88,17 +89,6 @@ pub async fn run(listener: TcpListener, broker: Arc<Broker>, shutdown: impl Futu
         conns.abort_all();
         while conns.join_next().await.is_some() {}
     }
-}
-
-/// Why a connection was closed by the broker.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnError {
-    #[error("i/o: {0}")]
-    Io(#[from] std::io::Error),
-    #[error(transparent)]
-    Protocol(#[from] oxbow_protocol::ProtocolError),
-    #[error("{0}")]
-    Refused(String),
 }
 
 struct Frame {

@@ -9,11 +9,10 @@ use std::sync::Arc;
 
 use oxbow_log::batch::ValidBatch;
 use oxbow_log::{AppendResult, Log, LogConfig, ReadStart};
-use oxbow_protocol::ResponseError;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use crate::errors::ApiError;
+use crate::errors::BrokerError;
 use crate::replica::ReplicaState;
 
 struct Inner {
@@ -96,8 +95,8 @@ fn propose(replica: &mut ReplicaState, isr: Vec<i32>) -> IsrChange {
     IsrChange { isr, leader_epoch: replica.leader_epoch, partition_epoch: replica.partition_epoch }
 }
 
-fn gone() -> ApiError {
-    ApiError::new(ResponseError::UnknownTopicOrPartition, "partition was deleted")
+fn gone() -> BrokerError {
+    BrokerError::UnknownTopic("partition was deleted".into())
 }
 
 impl Partition {
@@ -124,44 +123,38 @@ impl Partition {
         (i.log.high_watermark(), leo)
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> Result<R, ApiError>) -> Result<R, ApiError> {
+    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> Result<R, BrokerError>) -> Result<R, BrokerError> {
         let mut g = self.inner.lock();
         let inner = g.as_mut().ok_or_else(gone)?;
         f(inner)
     }
 
     /// Runs `f` on the log (for admin operations and background jobs).
-    pub fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> Result<R, ApiError> {
+    pub fn with_log<R>(&self, f: impl FnOnce(&mut Log) -> R) -> Result<R, BrokerError> {
         self.with(|i| Ok(f(&mut i.log)))
     }
 
-    pub fn offsets(&self) -> Result<Offsets, ApiError> {
+    pub fn offsets(&self) -> Result<Offsets, BrokerError> {
         self.with(|i| Ok(i.offsets()))
     }
 
-    pub fn leader_epoch(&self) -> Result<i32, ApiError> {
+    pub fn leader_epoch(&self) -> Result<i32, BrokerError> {
         self.with(|i| Ok(i.replica.leader_epoch))
     }
 
-    pub fn replica(&self) -> Result<ReplicaState, ApiError> {
+    pub fn replica(&self) -> Result<ReplicaState, BrokerError> {
         self.with(|i| Ok(i.replica.clone()))
     }
 
     /// Checks a client's `current_leader_epoch` (-1: not given).
-    pub fn check_leader_epoch(&self, client_epoch: i32) -> Result<(), ApiError> {
+    pub fn check_leader_epoch(&self, client_epoch: i32) -> Result<(), BrokerError> {
         let ours = self.leader_epoch()?;
         if client_epoch < 0 || client_epoch == ours {
             Ok(())
         } else if client_epoch < ours {
-            Err(ApiError::new(
-                ResponseError::FencedLeaderEpoch,
-                format!("leader epoch {client_epoch} is older than {ours}"),
-            ))
+            Err(BrokerError::FencedLeaderEpoch(format!("leader epoch {client_epoch} is older than {ours}")))
         } else {
-            Err(ApiError::new(
-                ResponseError::UnknownLeaderEpoch,
-                format!("leader epoch {client_epoch} is newer than {ours}"),
-            ))
+            Err(BrokerError::UnknownLeaderEpoch(format!("leader epoch {client_epoch} is newer than {ours}")))
         }
     }
 
@@ -172,15 +165,15 @@ impl Partition {
         batches: &[ValidBatch],
         min_insync: Option<i32>,
         now_ms: i64,
-    ) -> Result<AppendResult, ApiError> {
+    ) -> Result<AppendResult, BrokerError> {
         let (result, hw) = self.with(|i| {
             if let Some(m) = min_insync
                 && !i.replica.enough_in_sync(m)
             {
-                return Err(ApiError::new(
-                    ResponseError::NotEnoughReplicas,
-                    format!("{} in-sync replicas, min.insync.replicas={m}", i.replica.isr.len()),
-                ));
+                return Err(BrokerError::NotEnoughReplicas(format!(
+                    "{} in-sync replicas, min.insync.replicas={m}",
+                    i.replica.isr.len()
+                )));
             }
             let epoch = i.replica.leader_epoch;
             let r = i.log.append(records, batches, epoch, now_ms)?;
@@ -199,7 +192,7 @@ impl Partition {
         offset: i64,
         log_start: i64,
         now_ms: i64,
-    ) -> Result<Option<IsrChange>, ApiError> {
+    ) -> Result<Option<IsrChange>, BrokerError> {
         let (change, hw, low) = self.with(|i| {
             let leo = i.log.log_end_offset();
             let hw = i.log.high_watermark();
@@ -218,7 +211,7 @@ impl Partition {
 
     /// Leader: DeleteRecords. Moves the log start to `offset` (-1: the high watermark) and
     /// returns it.
-    pub fn delete_records_before(&self, offset: i64) -> Result<i64, ApiError> {
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64, BrokerError> {
         let (start, low) = self.with(|i| {
             let target = if offset == -1 { i.log.high_watermark() } else { offset };
             let start = i.log.delete_records_before(target)?;
@@ -262,7 +255,7 @@ impl Partition {
         &self,
         offset: i64,
         max_bytes: usize,
-    ) -> Result<(ReadStart, Offsets), (ApiError, Option<Offsets>)> {
+    ) -> Result<(ReadStart, Offsets), (BrokerError, Option<Offsets>)> {
         self.plan_read(offset, max_bytes, true, |o| o.log_end)
     }
 
@@ -282,7 +275,7 @@ impl Partition {
         leader_hw: i64,
         leader_log_start: i64,
         now_ms: i64,
-    ) -> Result<i64, ApiError> {
+    ) -> Result<i64, BrokerError> {
         let (hw, leo) = self.with(|i| {
             i.log.append_as_follower(records, now_ms)?;
             let leo = i.log.log_end_offset();
@@ -303,7 +296,7 @@ impl Partition {
     /// `leader_log_start`. If this log ends below that, it cannot catch up by fetching: it
     /// starts again, empty, at the leader's log start (Kafka's follower does the same).
     /// Returns whether it did.
-    pub fn restart_below_leader_start(&self, leader_log_start: i64, now_ms: i64) -> Result<bool, ApiError> {
+    pub fn restart_below_leader_start(&self, leader_log_start: i64, now_ms: i64) -> Result<bool, BrokerError> {
         let moved = self.with(|i| {
             if i.log.log_end_offset() >= leader_log_start {
                 return Ok(None);
@@ -319,17 +312,17 @@ impl Partition {
     }
 
     /// Follower: the log end and the newest leader epoch in the log.
-    pub fn log_end_and_epoch(&self) -> Result<(i64, Option<i32>), ApiError> {
+    pub fn log_end_and_epoch(&self) -> Result<(i64, Option<i32>), BrokerError> {
         self.with(|i| Ok((i.log.log_end_offset(), i.log.latest_epoch().map(|(e, _)| e))))
     }
 
     /// OffsetsForLeaderEpoch: the largest epoch at most `epoch` in this log and where it ends.
-    pub fn end_offset_for_epoch(&self, epoch: i32) -> Result<(i32, i64), ApiError> {
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Result<(i32, i64), BrokerError> {
         self.with(|i| Ok(i.log.end_offset_for_epoch(epoch)))
     }
 
     /// Follower: drops the log from `offset` on (it diverged from the leader's).
-    pub fn truncate_to(&self, offset: i64, now_ms: i64) -> Result<i64, ApiError> {
+    pub fn truncate_to(&self, offset: i64, now_ms: i64) -> Result<i64, BrokerError> {
         let (hw, leo) = self.with(|i| {
             let leo = i.log.truncate_to(offset, now_ms)?;
             Ok((i.log.high_watermark(), leo))
@@ -366,7 +359,7 @@ impl Partition {
         offset: i64,
         max_bytes: usize,
         min_one: bool,
-    ) -> Result<(ReadStart, Offsets), (ApiError, Option<Offsets>)> {
+    ) -> Result<(ReadStart, Offsets), (BrokerError, Option<Offsets>)> {
         self.plan_read(offset, max_bytes, min_one, |o| o.high_watermark)
     }
 
@@ -377,7 +370,7 @@ impl Partition {
         max_bytes: usize,
         min_one: bool,
         upto: fn(&Offsets) -> i64,
-    ) -> Result<(ReadStart, Offsets), (ApiError, Option<Offsets>)> {
+    ) -> Result<(ReadStart, Offsets), (BrokerError, Option<Offsets>)> {
         let g = self.inner.lock();
         let Some(i) = g.as_ref() else { return Err((gone(), None)) };
         let offsets = i.offsets();

@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::errors::PeerError;
 use kafka_protocol::protocol::StrBytes;
-use oxbow_protocol::ResponseError;
 use oxbow_protocol::connection::{Connection, ConnectionError};
 use oxbow_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use oxbow_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
@@ -27,7 +27,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::{Broker, now_ms};
+use crate::broker::Broker;
+use crate::clock::now_ms;
 use crate::partition::Partition;
 
 /// How long a follower's fetch waits at the leader for new data.
@@ -66,7 +67,7 @@ impl Followed {
 /// new metadata image, until `stop`. The fetchers are this task's: it returns once every one of
 /// them has.
 pub async fn run(broker: Arc<Broker>, stop: CancellationToken) {
-    let mut applied = broker.subscribe_applied();
+    let mut applied = broker.view.subscribe_applied();
     let mut fetchers: HashMap<i32, watch::Sender<Vec<Followed>>> = HashMap::new();
     let mut tasks = JoinSet::new();
     loop {
@@ -161,7 +162,7 @@ async fn fetch_from(
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             }
         };
-        let Some(addr) = broker.broker_address(leader) else {
+        let Some(addr) = broker.view.broker_address(leader) else {
             backoff().await;
             continue;
         };
@@ -354,10 +355,10 @@ async fn fetch_once(
         for p in t.partitions {
             let Some(f) = index.get(&(topic.clone(), p.partition_index)) else { continue };
             if p.error_code != 0 {
-                let e = ResponseError::try_from_code(p.error_code);
+                let e = PeerError::from_code(p.error_code);
                 // This log ends below the leader's start (away while retention or DeleteRecords
                 // passed it): start again there; fetching where it ends can never succeed.
-                if e == Some(ResponseError::OffsetOutOfRange) && p.log_start_offset >= 0 {
+                if e == PeerError::OffsetOutOfRange && p.log_start_offset >= 0 {
                     match f.part.restart_below_leader_start(p.log_start_offset, now_ms()) {
                         Ok(true) => {
                             tracing::info!(topic = %topic, partition = p.partition_index, start = p.log_start_offset, "replica restarted at the leader's log start");

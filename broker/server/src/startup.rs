@@ -5,11 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use oxbow_meta::Command;
-use oxbow_protocol::ResponseError;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
-use crate::errors::ApiError;
+use crate::errors::BrokerError;
 use crate::metadata::Legacy;
 
 /// Registers and heartbeats until the controller unfences this broker. Retries while there is
@@ -22,7 +21,7 @@ pub async fn join_cluster(broker: &Broker) {
             Ok(_) => break,
             Err(e) => {
                 attempts += 1;
-                tracing::warn!(error = %e.message, code = ?e.error, attempts, "registration failed; retrying");
+                tracing::warn!(error = %e, code = e.code(), attempts, "registration failed; retrying");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
@@ -35,15 +34,15 @@ pub async fn join_cluster(broker: &Broker) {
                 Box::pin(join_cluster(broker)).await;
                 return;
             }
-            Err(e) => tracing::warn!(error = %e.message, "heartbeat failed; retrying"),
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed; retrying"),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tracing::info!(node = broker.node_id(), epoch = broker.broker_epoch(), "broker unfenced");
+    tracing::info!(node = broker.node_id(), epoch = broker.controller.broker_epoch(), "broker unfenced");
 }
 
-fn is_registration_lost(e: &ApiError) -> bool {
-    matches!(e.error, ResponseError::StaleBrokerEpoch | ResponseError::BrokerIdNotRegistered)
+fn is_registration_lost(e: &BrokerError) -> bool {
+    matches!(e, BrokerError::StaleBrokerEpoch(_) | BrokerError::BrokerNotRegistered(_))
 }
 
 /// Heartbeats every `broker.heartbeat.interval.ms` until `stop`; re-registers if the
@@ -64,13 +63,13 @@ pub async fn heartbeats(broker: Arc<Broker>, stop: CancellationToken) {
             Ok((true, _)) => tracing::warn!("this broker is fenced; heartbeating to be unfenced"),
             Ok(_) => {}
             Err(e) if is_registration_lost(&e) => {
-                tracing::warn!(error = %e.message, "registration lost; registering again");
+                tracing::warn!(error = %e, "registration lost; registering again");
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = join_cluster(&broker) => {}
                 }
             }
-            Err(e) => tracing::warn!(error = %e.message, "heartbeat failed"),
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
         }
     }
 }
@@ -87,7 +86,7 @@ pub async fn controlled_shutdown(broker: &Broker) {
             }
             Ok(Ok(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
             Ok(Err(e)) => {
-                tracing::warn!(error = %e.message, "controlled shutdown heartbeat failed");
+                tracing::warn!(error = %e, "controlled shutdown heartbeat failed");
                 return;
             }
             Err(_) => {
@@ -117,16 +116,16 @@ pub async fn import_legacy(broker: &Broker, legacy: Legacy) -> anyhow::Result<()
             topic_id: Some(t.id),
             validate_only: false,
         };
-        broker.execute(cmd).await.map_err(|e| anyhow::anyhow!("importing topic {}: {}", t.name, e.message))?;
+        broker.execute(cmd).await.map_err(|e| anyhow::anyhow!("importing topic {}: {}", t.name, e))?;
     }
     if !legacy.file.broker_configs.is_empty() {
         let cmd = Command::SetBrokerConfigs { node: None, configs: legacy.file.broker_configs.clone() };
-        broker.execute(cmd).await.map_err(|e| anyhow::anyhow!("importing broker configs: {}", e.message))?;
+        broker.execute(cmd).await.map_err(|e| anyhow::anyhow!("importing broker configs: {}", e))?;
     }
     broker
         .execute(Command::ReserveProducerIds { below: legacy.next_producer_id })
         .await
-        .map_err(|e| anyhow::anyhow!("importing the producer id counter: {}", e.message))?;
+        .map_err(|e| anyhow::anyhow!("importing the producer id counter: {}", e))?;
     legacy.mark_imported()?;
     tracing::info!(topics = legacy.file.topics.len(), "imported the single-node metadata of an earlier version");
     Ok(())

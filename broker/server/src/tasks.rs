@@ -9,7 +9,8 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::{Broker, now_ms};
+use crate::broker::Broker;
+use crate::clock::now_ms;
 
 async fn every(period_ms: u64, token: CancellationToken, mut job: impl FnMut() -> tokio::task::JoinHandle<()>) {
     let mut tick = tokio::time::interval(Duration::from_millis(period_ms.max(1)));

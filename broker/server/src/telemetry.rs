@@ -18,7 +18,6 @@
 //!
 //! Attributes are bounded (API names, roles): no topic or client names.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use kafka_protocol::messages::ApiKey;
@@ -28,64 +27,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 use crate::broker::Broker;
-
-/// Highest Kafka API key counted (keys above share the last slot).
-const API_SLOTS: usize = 128;
-
-/// Counters bumped on the request path (relaxed atomics: one add each).
-pub struct Stats {
-    requests: [AtomicU64; API_SLOTS],
-    produced_records: AtomicU64,
-    produced_bytes: AtomicU64,
-    fetched_bytes: AtomicU64,
-    connections: AtomicI64,
-}
-
-impl Default for Stats {
-    fn default() -> Self {
-        Stats {
-            requests: std::array::from_fn(|_| AtomicU64::new(0)),
-            produced_records: AtomicU64::new(0),
-            produced_bytes: AtomicU64::new(0),
-            fetched_bytes: AtomicU64::new(0),
-            connections: AtomicI64::new(0),
-        }
-    }
-}
-
-impl Stats {
-    pub fn request(&self, api: ApiKey) {
-        let slot = usize::try_from(api as i16).unwrap_or(0).min(API_SLOTS - 1);
-        self.requests[slot].fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn produced(&self, records: u64, bytes: u64) {
-        self.produced_records.fetch_add(records, Ordering::Relaxed);
-        self.produced_bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    pub fn fetched(&self, bytes: u64) {
-        self.fetched_bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    pub fn connection_opened(&self) {
-        self.connections.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn connection_closed(&self) {
-        self.connections.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    /// (API key, requests) for every API asked at least once.
-    pub fn requests(&self) -> Vec<(i16, u64)> {
-        self.requests
-            .iter()
-            .enumerate()
-            .map(|(k, n)| (k as i16, n.load(Ordering::Relaxed)))
-            .filter(|(_, n)| *n > 0)
-            .collect()
-    }
-}
+use crate::stats::Stats;
 
 /// The metric exporter, kept for a final flush at shutdown.
 pub struct Exporter {
@@ -187,13 +129,11 @@ fn register(meter: &Meter, broker: Weak<Broker>) {
             .build();
     };
     counter("oxbow.broker.produced.records", "{record}", "Records appended by producers to partitions led here", |s| {
-        s.produced_records.load(Ordering::Relaxed)
+        s.produced_records()
     });
-    counter("oxbow.broker.produced.bytes", "By", "Record batch bytes appended by producers", |s| {
-        s.produced_bytes.load(Ordering::Relaxed)
-    });
+    counter("oxbow.broker.produced.bytes", "By", "Record batch bytes appended by producers", |s| s.produced_bytes());
     counter("oxbow.broker.fetched.bytes", "By", "Record bytes served to consumers and followers", |s| {
-        s.fetched_bytes.load(Ordering::Relaxed)
+        s.fetched_bytes()
     });
     let b = broker.clone();
     meter
@@ -201,7 +141,7 @@ fn register(meter: &Meter, broker: Weak<Broker>) {
         .with_description("Open client connections")
         .with_callback(move |o| {
             if let Some(b) = b.upgrade() {
-                o.observe(b.stats.connections.load(Ordering::Relaxed), &[]);
+                o.observe(b.stats.connections(), &[]);
             }
         })
         .build();

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use oxbow_protocol::ResponseError;
 use oxbow_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use oxbow_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use oxbow_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
@@ -15,7 +14,7 @@ use oxbow_protocol::messages::*;
 
 use super::Ctx;
 use super::util::{ALL_CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED, entry, s, topic_name};
-use crate::errors::ApiError;
+use crate::errors::BrokerError;
 use crate::topic_config;
 
 pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTopicsResponse {
@@ -49,30 +48,25 @@ pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTop
             .iter()
             .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string()).unwrap_or_default()))
             .collect();
-        let check = || -> Result<(), ApiError> {
+        let check = || -> Result<(), BrokerError> {
             if dupes.contains(&name) {
-                return Err(ApiError::new(
-                    ResponseError::InvalidRequest,
-                    format!("topic {name} appears more than once in the request"),
-                ));
+                return Err(BrokerError::InvalidRequest(format!("topic {name} appears more than once in the request")));
             }
             if !t.assignments.is_empty() && (t.num_partitions != -1 || t.replication_factor != -1) {
-                return Err(ApiError::new(
-                    ResponseError::InvalidRequest,
-                    "both assignments and partitions/replication factor given",
+                return Err(BrokerError::InvalidRequest(
+                    "both assignments and partitions/replication factor given".into(),
                 ));
             }
             for (i, a) in t.assignments.iter().enumerate() {
                 if a.partition_index != i as i32 {
-                    return Err(ApiError::new(
-                        ResponseError::InvalidReplicaAssignment,
-                        format!("assignments must list partitions 0..{} in order", t.assignments.len()),
-                    ));
+                    return Err(BrokerError::InvalidReplicaAssignment(format!(
+                        "assignments must list partitions 0..{} in order",
+                        t.assignments.len()
+                    )));
                 }
                 if a.broker_ids.len() != t.assignments[0].broker_ids.len() {
-                    return Err(ApiError::new(
-                        ResponseError::InvalidReplicaAssignment,
-                        "every partition must have the same number of replicas",
+                    return Err(BrokerError::InvalidReplicaAssignment(
+                        "every partition must have the same number of replicas".into(),
                     ));
                 }
             }
@@ -94,7 +88,7 @@ pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTop
                 if let Some(t) = created {
                     r.topic_id = t.meta.id;
                 }
-                let described = topic_config::describe(&b.topic_defaults(), &configs, None);
+                let described = topic_config::describe(&b.view.topic_defaults(), &configs, None);
                 r.configs = Some(
                     described
                         .into_iter()
@@ -110,7 +104,7 @@ pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTop
             }
             Err(e) => {
                 r.error_code = e.code();
-                r.error_message = Some(s(e.message));
+                r.error_message = Some(s(e.message()));
             }
         }
         resp.topics.push(r);
@@ -134,14 +128,14 @@ pub async fn delete_topics(ctx: &Ctx<'_>, req: DeleteTopicsRequest) -> DeleteTop
         };
         r.name = resolved.as_ref().or(name.as_ref()).map(|n| topic_name(n));
         let result = match resolved {
-            None => Err(ApiError::new(ResponseError::UnknownTopicId, "unknown topic id")),
+            None => Err(BrokerError::UnknownTopicId),
             Some(n) => b.delete_topic(&n).await,
         };
         match result {
             Ok(id) => r.topic_id = id,
             Err(e) => {
                 r.error_code = e.code();
-                r.error_message = Some(s(e.message));
+                r.error_message = Some(s(e.message()));
             }
         }
         resp.responses.push(r);
@@ -177,13 +171,13 @@ pub async fn create_partitions(ctx: &Ctx<'_>, req: CreatePartitionsRequest) -> C
             }
         });
         let result = if let Some(why) = bad_assignment {
-            Err(ApiError::new(ResponseError::InvalidReplicaAssignment, why))
+            Err(BrokerError::InvalidReplicaAssignment(why))
         } else {
             b.create_partitions(&name, t.count, req.validate_only).await
         };
         if let Err(e) = result {
             r.error_code = e.code();
-            r.error_message = Some(s(e.message));
+            r.error_message = Some(s(e.message()));
         }
         resp.results.push(r);
     }
@@ -200,7 +194,7 @@ pub async fn elect_leaders(ctx: &Ctx<'_>, req: ElectLeadersRequest) -> ElectLead
         0 => Election::Preferred,
         1 => Election::Unclean,
         other => {
-            resp.error_code = ResponseError::InvalidRequest.code();
+            resp.error_code = BrokerError::InvalidRequest(String::new()).code();
             tracing::debug!(election_type = other, "ElectLeaders with an unknown election type");
             return resp;
         }
@@ -215,7 +209,7 @@ pub async fn elect_leaders(ctx: &Ctx<'_>, req: ElectLeadersRequest) -> ElectLead
     let outcomes = match ctx.broker.execute(Command::ElectLeaders { election, partitions: partitions.clone() }).await {
         Ok(Reply::Elections(r)) => r,
         Ok(other) => {
-            resp.error_code = ApiError::unexpected_reply(&other).code();
+            resp.error_code = BrokerError::unexpected_reply(&other).code();
             return resp;
         }
         Err(e) => {
@@ -240,28 +234,22 @@ fn push_election(
     resp: &mut ElectLeadersResponse,
     topic: String,
     partition: i32,
-    outcome: Result<oxbow_meta::ElectionOutcome, ApiError>,
+    outcome: Result<oxbow_meta::ElectionOutcome, BrokerError>,
 ) {
     use oxbow_meta::ElectionOutcome as O;
-    let (code, message) = match outcome {
-        Ok(O::Elected) => (0, None),
-        Ok(O::NotNeeded) => (
-            ResponseError::ElectionNotNeeded.code(),
-            Some("Leader election not needed for topic partition.".to_string()),
-        ),
-        Ok(O::PreferredNotAvailable) => (
-            ResponseError::PreferredLeaderNotAvailable.code(),
-            Some(format!(
-                "Failed to elect leader for partition {topic}-{partition} under strategy PreferredReplicaPartitionLeaderElectionStrategy"
-            )),
-        ),
-        Ok(O::NoEligibleLeader) => (
-            ResponseError::EligibleLeadersNotAvailable.code(),
-            Some(format!("Failed to elect leader for partition {topic}-{partition}: no live replica")),
-        ),
-        Ok(O::Unknown(m)) => (ResponseError::UnknownTopicOrPartition.code(), Some(m)),
-        Err(e) => (e.code(), Some(e.message)),
+    let error = match outcome {
+        Ok(O::Elected) => None,
+        Ok(O::NotNeeded) => Some(BrokerError::ElectionNotNeeded),
+        Ok(O::PreferredNotAvailable) => Some(BrokerError::PreferredLeaderNotAvailable(format!(
+            "Failed to elect leader for partition {topic}-{partition} under strategy PreferredReplicaPartitionLeaderElectionStrategy"
+        ))),
+        Ok(O::NoEligibleLeader) => Some(BrokerError::EligibleLeadersNotAvailable(format!(
+            "Failed to elect leader for partition {topic}-{partition}: no live replica"
+        ))),
+        Ok(O::Unknown(m)) => Some(BrokerError::UnknownTopic(m)),
+        Err(e) => Some(e),
     };
+    let (code, message) = error.map_or((0, None), |e| (e.code(), Some(e.message())));
     let mut pr = PartitionResult::default();
     pr.partition_id = partition;
     pr.error_code = code;
@@ -291,7 +279,7 @@ pub async fn delete_records(ctx: &Ctx<'_>, req: DeleteRecordsRequest) -> DeleteR
             pr.partition_index = p.partition_index;
             pr.low_watermark = -1;
             let result = match topic.as_ref().map(|t| t.led(p.partition_index)) {
-                None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic or partition")),
+                None => Err(BrokerError::UnknownTopic("unknown topic or partition".into())),
                 Some(Err(e)) => Err(e),
                 Some(Ok(part)) => part.delete_records_before(p.offset).map(|start| (part.clone(), start)),
             };
@@ -312,7 +300,7 @@ pub async fn delete_records(ctx: &Ctx<'_>, req: DeleteRecordsRequest) -> DeleteR
         let pr = &mut resp.topics[t].partitions[p];
         pr.low_watermark = low;
         if !reached {
-            pr.error_code = ResponseError::RequestTimedOut.code();
+            pr.error_code = BrokerError::TimedOut(String::new()).code();
         }
     }
     resp
@@ -327,7 +315,7 @@ pub async fn init_producer_id(ctx: &Ctx<'_>, req: InitProducerIdRequest) -> Init
     resp.producer_id = ProducerId(-1);
     resp.producer_epoch = -1;
     if req.transactional_id.is_some() {
-        resp.error_code = ResponseError::TransactionalIdAuthorizationFailed.code();
+        resp.error_code = BrokerError::TransactionsUnsupported.code();
         return resp;
     }
     if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX - 1 {
@@ -335,7 +323,7 @@ pub async fn init_producer_id(ctx: &Ctx<'_>, req: InitProducerIdRequest) -> Init
         resp.producer_epoch = req.producer_epoch + 1;
         return resp;
     }
-    match b.next_producer_id().await {
+    match b.controller.next_producer_id().await {
         Ok(id) => {
             resp.producer_id = ProducerId(id);
             resp.producer_epoch = 0;
@@ -389,7 +377,7 @@ pub async fn describe_producers(ctx: &Ctx<'_>, req: DescribeProducersRequest) ->
             let mut pr = PartitionResponse::default();
             pr.partition_index = idx;
             let found = match &topic {
-                None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic or partition")),
+                None => Err(BrokerError::UnknownTopic("unknown topic or partition".into())),
                 Some(t) => t.led(idx),
             };
             let producers = found.and_then(|p| p.with_log(|l| l.producer_state().entries()));
@@ -411,7 +399,7 @@ pub async fn describe_producers(ctx: &Ctx<'_>, req: DescribeProducersRequest) ->
                 }
                 Err(e) => {
                     pr.error_code = e.code();
-                    pr.error_message = Some(s(e.message));
+                    pr.error_message = Some(s(e.message()));
                 }
             }
             tr.partitions.push(pr);

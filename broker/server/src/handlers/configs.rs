@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use oxbow_protocol::ResponseError;
 use oxbow_protocol::messages::alter_configs_response::AlterConfigsResourceResponse as AlterResult;
 use oxbow_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
@@ -13,7 +12,7 @@ use oxbow_protocol::messages::*;
 
 use super::Ctx;
 use super::util::s;
-use crate::errors::ApiError;
+use crate::errors::BrokerError;
 use crate::topic_config::{self, source};
 
 const TOPIC: i8 = 2;
@@ -69,11 +68,11 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
         match r.resource_type {
             TOPIC => match b.topic(r.resource_name.as_str()) {
                 None => {
-                    out.error_code = ResponseError::UnknownTopicOrPartition.code();
+                    out.error_code = BrokerError::unknown_topic(false).code();
                     out.error_message = Some(s(format!("topic {} does not exist", r.resource_name.as_str())));
                 }
                 Some(t) => {
-                    for d in topic_config::describe(&b.topic_defaults(), &t.meta.configs, only.as_deref()) {
+                    for d in topic_config::describe(&b.view.topic_defaults(), &t.meta.configs, only.as_deref()) {
                         let x = Entry {
                             name: d.name,
                             value: Some(d.value),
@@ -89,14 +88,15 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
             },
             BROKER => {
                 let name = r.resource_name.as_str();
-                let cluster_dynamic = b.dynamic_broker_configs(None);
-                let own_dynamic = b.dynamic_broker_configs(Some(b.node_id()));
+                let cluster_dynamic = b.view.dynamic_broker_configs(None);
+                let own_dynamic = b.view.dynamic_broker_configs(Some(b.node_id()));
                 if !name.is_empty() && name != b.node_id().to_string() {
-                    out.error_code = ResponseError::InvalidRequest.code();
-                    out.error_message = Some(s(format!(
+                    let e = BrokerError::InvalidRequest(format!(
                         "Unexpected broker id, expected {} or empty string, but received {name}",
                         b.node_id()
-                    )));
+                    ));
+                    out.error_code = e.code();
+                    out.error_message = Some(s(e.message()));
                 } else {
                     // "" is the cluster-wide default resource: only its dynamic configs, as Kafka
                     // answers. A broker id gets every key with its effective value and source.
@@ -142,8 +142,9 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
                 }
             }
             other => {
-                out.error_code = ResponseError::InvalidRequest.code();
-                out.error_message = Some(s(format!("resource type {other} is not supported")));
+                let e = BrokerError::InvalidRequest(format!("resource type {other} is not supported"));
+                out.error_code = e.code();
+                out.error_message = Some(s(e.message()));
             }
         }
         resp.results.push(out);
@@ -156,16 +157,13 @@ fn alter_target(
     b: &crate::broker::Broker,
     resource_type: i8,
     name: &str,
-) -> Result<std::sync::Arc<crate::broker::Topic>, ApiError> {
+) -> Result<std::sync::Arc<crate::broker::Topic>, BrokerError> {
     match resource_type {
-        TOPIC => b.topic(name).ok_or_else(|| {
-            ApiError::new(ResponseError::UnknownTopicOrPartition, format!("topic {name} does not exist"))
-        }),
-        BROKER => Err(ApiError::new(
-            ResponseError::InvalidRequest,
-            "AlterConfigs on brokers is not supported; use IncrementalAlterConfigs on the cluster-wide default",
+        TOPIC => b.topic(name).ok_or_else(|| BrokerError::UnknownTopic(format!("topic {name} does not exist"))),
+        BROKER => Err(BrokerError::InvalidRequest(
+            "AlterConfigs on brokers is not supported; use IncrementalAlterConfigs on the cluster-wide default".into(),
         )),
-        other => Err(ApiError::new(ResponseError::InvalidRequest, format!("resource type {other} is not supported"))),
+        other => Err(BrokerError::InvalidRequest(format!("resource type {other} is not supported"))),
     }
 }
 
@@ -177,7 +175,7 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterConfigsRequest) -> AlterConfigsRespo
         let mut out = AlterResult::default();
         out.resource_type = r.resource_type;
         out.resource_name = r.resource_name.clone();
-        let result: Result<(), ApiError> = async {
+        let result: Result<(), BrokerError> = async {
             let name = r.resource_name.as_str();
             alter_target(b, r.resource_type, name)?;
             let mut configs = BTreeMap::new();
@@ -194,7 +192,7 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterConfigsRequest) -> AlterConfigsRespo
         .await;
         if let Err(e) = result {
             out.error_code = e.code();
-            out.error_message = Some(s(e.message));
+            out.error_message = Some(s(e.message()));
         }
         resp.responses.push(out);
     }
@@ -209,30 +207,30 @@ async fn alter_dynamic_broker(
     name: &str,
     ops: &[oxbow_protocol::messages::incremental_alter_configs_request::AlterableConfig],
     validate_only: bool,
-) -> Result<(), ApiError> {
+) -> Result<(), BrokerError> {
     let node = if name.is_empty() {
         None
     } else {
-        let id: i32 = name.parse().map_err(|_| {
-            ApiError::new(ResponseError::InvalidRequest, format!("Node id must be an integer, but it is: {name}"))
-        })?;
+        let id: i32 = name
+            .parse()
+            .map_err(|_| BrokerError::InvalidRequest(format!("Node id must be an integer, but it is: {name}")))?;
         if id != b.node_id() {
-            return Err(ApiError::new(
-                ResponseError::InvalidRequest,
-                format!("Unexpected broker id, expected {}, but received {name}", b.node_id()),
-            ));
+            return Err(BrokerError::InvalidRequest(format!(
+                "Unexpected broker id, expected {}, but received {name}",
+                b.node_id()
+            )));
         }
         Some(id)
     };
     let static_only: Vec<&str> =
         ops.iter().map(|c| c.name.as_str()).filter(|k| !topic_config::is_dynamic_broker_key(k)).collect();
     if !static_only.is_empty() {
-        return Err(ApiError::new(
-            ResponseError::InvalidRequest,
-            format!("Cannot update these configs dynamically: {}", static_only.join(", ")),
-        ));
+        return Err(BrokerError::InvalidRequest(format!(
+            "Cannot update these configs dynamically: {}",
+            static_only.join(", ")
+        )));
     }
-    let mut configs = b.dynamic_broker_configs(node);
+    let mut configs = b.view.dynamic_broker_configs(node);
     for c in ops {
         let key = c.name.to_string();
         match (c.config_operation, &c.value) {
@@ -240,16 +238,15 @@ async fn alter_dynamic_broker(
                 configs.insert(key, v.to_string());
             }
             (SET, None) => {
-                return Err(ApiError::new(ResponseError::InvalidConfig, format!("{key}: null value")));
+                return Err(BrokerError::InvalidConfig(format!("{key}: null value")));
             }
             (DELETE, _) => {
                 configs.remove(&key);
             }
             (op, _) => {
-                return Err(ApiError::new(
-                    ResponseError::InvalidRequest,
-                    format!("config operation {op} is not supported for broker configs"),
-                ));
+                return Err(BrokerError::InvalidRequest(format!(
+                    "config operation {op} is not supported for broker configs"
+                )));
             }
         }
     }
@@ -268,7 +265,7 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
         let mut out = IncResult::default();
         out.resource_type = r.resource_type;
         out.resource_name = r.resource_name.clone();
-        let result: Result<(), ApiError> = async {
+        let result: Result<(), BrokerError> = async {
             let name = r.resource_name.as_str();
             if r.resource_type == BROKER {
                 return alter_dynamic_broker(b, name, &r.configs, req.validate_only).await;
@@ -285,25 +282,21 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
                     }
                     DELETE => {
                         if topic_config::topic_key(&key).is_none() {
-                            return Err(ApiError::new(
-                                ResponseError::InvalidConfig,
-                                format!("unknown topic config {key:?}"),
-                            ));
+                            return Err(BrokerError::InvalidConfig(format!("unknown topic config {key:?}")));
                         }
                         configs.remove(&key);
                     }
                     APPEND | SUBTRACT => {
                         // Only list-typed keys support these; cleanup.policy is the one list here.
                         if key != "cleanup.policy" {
-                            return Err(ApiError::new(
-                                ResponseError::InvalidConfig,
-                                format!("{key} is not a list; APPEND/SUBTRACT do not apply"),
-                            ));
+                            return Err(BrokerError::InvalidConfig(format!(
+                                "{key} is not a list; APPEND/SUBTRACT do not apply"
+                            )));
                         }
                         let current = configs
                             .get(&key)
                             .cloned()
-                            .unwrap_or_else(|| topic_config::broker_default(&b.topic_defaults(), &key));
+                            .unwrap_or_else(|| topic_config::broker_default(&b.view.topic_defaults(), &key));
                         let mut items: Vec<String> =
                             current.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
                         for v in value.as_deref().unwrap_or("").split(',').map(str::trim).filter(|v| !v.is_empty()) {
@@ -318,10 +311,7 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
                         configs.insert(key, joined);
                     }
                     op => {
-                        return Err(ApiError::new(
-                            ResponseError::InvalidRequest,
-                            format!("unknown config operation {op}"),
-                        ));
+                        return Err(BrokerError::InvalidRequest(format!("unknown config operation {op}")));
                     }
                 }
             }
@@ -333,7 +323,7 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
         .await;
         if let Err(e) = result {
             out.error_code = e.code();
-            out.error_message = Some(s(e.message));
+            out.error_message = Some(s(e.message()));
         }
         resp.responses.push(out);
     }

@@ -6,8 +6,7 @@ use std::collections::BTreeSet;
 
 use oxbow_group::assignor::{Assignment, Assignor};
 use oxbow_group::consumer::{Catalog, HeartbeatRequest, JOIN_EPOCH, LEAVE_EPOCH, LEAVE_STATIC_EPOCH};
-use oxbow_group::{GroupError, consumer};
-use oxbow_protocol::ResponseError;
+use oxbow_group::{GroupError, code_of, consumer};
 use oxbow_protocol::messages::consumer_group_describe_response::{
     Assignment as DescribedAssignment, DescribedGroup, Member, TopicPartitions as DescribedPartitions,
 };
@@ -25,8 +24,8 @@ use super::util::{OPERATIONS_NOT_REQUESTED, s, topic_name};
 const CLIENT_MEMBER_ID_VERSION: i16 = 1;
 
 /// Kafka's request checks, in its order: the error and message, or `None` if it is valid.
-fn invalid(ctx: &Ctx<'_>, req: &ConsumerGroupHeartbeatRequest) -> Option<(ResponseError, String)> {
-    let bad = |m: &str| Some((ResponseError::InvalidRequest, m.to_string()));
+fn invalid(ctx: &Ctx<'_>, req: &ConsumerGroupHeartbeatRequest) -> Option<(GroupError, String)> {
+    let bad = |m: &str| Some((GroupError::InvalidRequest, m.to_string()));
     let epoch = req.member_epoch;
     if (ctx.version >= CLIENT_MEMBER_ID_VERSION || epoch > 0 || epoch == LEAVE_EPOCH) && req.member_id.is_empty() {
         return bad("MemberId can't be empty.");
@@ -66,7 +65,7 @@ fn invalid(ctx: &Ctx<'_>, req: &ConsumerGroupHeartbeatRequest) -> Option<(Respon
         if !Assignor::from_name(a.as_str()).is_some_and(|a| allowed.contains(&a)) {
             let names: Vec<&str> = allowed.iter().map(|a| a.name()).collect();
             return Some((
-                ResponseError::UnsupportedAssignor,
+                GroupError::UnsupportedAssignor,
                 format!("ServerAssignor {} is not supported. Supported assignors: {}.", a.as_str(), names.join(", ")),
             ));
         }
@@ -76,7 +75,7 @@ fn invalid(ctx: &Ctx<'_>, req: &ConsumerGroupHeartbeatRequest) -> Option<(Respon
         && consumer::compile(re.as_str()).is_none()
     {
         return Some((
-            ResponseError::InvalidRegularExpression,
+            GroupError::InvalidRegularExpression,
             format!(
                 "SubscribedTopicRegex is not a valid regular expression (or longer than {} bytes).",
                 consumer::REGEX_MAX_LEN
@@ -89,7 +88,7 @@ fn invalid(ctx: &Ctx<'_>, req: &ConsumerGroupHeartbeatRequest) -> Option<(Respon
 pub async fn heartbeat(ctx: &Ctx<'_>, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse {
     let b = ctx.broker;
     let mut resp = ConsumerGroupHeartbeatResponse::default();
-    let fail = |mut resp: ConsumerGroupHeartbeatResponse, e: ResponseError, msg: String| {
+    let fail = |mut resp: ConsumerGroupHeartbeatResponse, e: GroupError, msg: String| {
         resp.error_code = e.code();
         resp.error_message = Some(s(msg));
         resp
@@ -97,7 +96,7 @@ pub async fn heartbeat(ctx: &Ctx<'_>, req: ConsumerGroupHeartbeatRequest) -> Con
     if !b.groups.consumer_protocol() {
         return fail(
             resp,
-            ResponseError::UnsupportedVersion,
+            GroupError::UnsupportedVersion,
             "The consumer group protocol is not enabled (group.coordinator.rebalance.protocols).".into(),
         );
     }
@@ -133,10 +132,10 @@ pub async fn heartbeat(ctx: &Ctx<'_>, req: ConsumerGroupHeartbeatRequest) -> Con
         client_id: ctx.header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
         client_host: format!("/{}", ctx.peer.ip()),
     };
-    let r = b.groups.consumer_heartbeat(b, req.group_id.0.as_str(), hb).await;
-    if r.error != GroupError::None {
+    let r = b.groups.consumer_heartbeat(&b.view, req.group_id.0.as_str(), hb).await;
+    if r.error.is_some() {
         tracing::debug!(group = %req.group_id.0.as_str(), member = %req.member_id.as_str(), error = ?r.error, message = ?r.message, "ConsumerGroupHeartbeat refused");
-        resp.error_code = r.error.code();
+        resp.error_code = code_of(r.error);
         resp.error_message = r.message.map(s);
         return resp;
     }
@@ -184,12 +183,12 @@ pub async fn describe(ctx: &Ctx<'_>, req: ConsumerGroupDescribeRequest) -> Consu
         g.authorized_operations =
             if req.include_authorized_operations { ALL_GROUP_OPERATIONS } else { OPERATIONS_NOT_REQUESTED };
         if id.0.is_empty() {
-            g.error_code = ResponseError::InvalidGroupId.code();
+            g.error_code = GroupError::InvalidGroupId.code();
             g.error_message = Some(s("Group ID can't be empty."));
             resp.groups.push(g);
             continue;
         }
-        match b.groups.describe_consumer(b, id.0.as_str()).await {
+        match b.groups.describe_consumer(&b.view, id.0.as_str()).await {
             Ok((group, catalog)) => {
                 g.group_state = s(group.state().name());
                 g.group_epoch = group.epoch();

@@ -2,12 +2,11 @@
 //! largest leader epoch at most the one asked for and the offset where it ends. Followers use it
 //! to find where their log diverges from the leader's; consumers to detect truncation.
 
-use oxbow_protocol::ResponseError;
 use oxbow_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use oxbow_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
 use super::Ctx;
-use crate::errors::ApiError;
+use crate::errors::BrokerError;
 
 pub async fn handle(ctx: &Ctx<'_>, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
     let mut resp = OffsetForLeaderEpochResponse::default();
@@ -20,7 +19,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: OffsetForLeaderEpochRequest) -> OffsetFo
             r.partition = p.partition;
             let answer = topic
                 .as_ref()
-                .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic"))
+                .ok_or_else(|| BrokerError::UnknownTopic("unknown topic".into()))
                 .and_then(|t| t.led(p.partition))
                 .and_then(|part| {
                     part.check_leader_epoch(p.current_leader_epoch)?;

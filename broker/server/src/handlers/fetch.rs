@@ -17,14 +17,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::select_all;
 use oxbow_log::ReadStart;
-use oxbow_protocol::ResponseError;
 use oxbow_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use oxbow_protocol::messages::{FetchRequest, FetchResponse};
 use tokio::sync::watch;
 
 use super::Ctx;
 use crate::broker::Topic;
-use crate::errors::ApiError;
+use crate::errors::BrokerError;
 use crate::partition::Partition;
 
 /// A partition the request asks for, resolved once.
@@ -41,7 +40,7 @@ struct Want {
     throttled: bool,
     /// ... and the follower is not in its ISR: it waits while the throttle is exceeded.
     throttle_applies: bool,
-    target: Result<Arc<Partition>, ApiError>,
+    target: Result<Arc<Partition>, BrokerError>,
 }
 
 /// What one pass over the wanted partitions gathered.
@@ -77,7 +76,7 @@ fn read_once(
     let mut total = 0usize;
     let mut throttled = 0usize;
     let mut any_error = false;
-    let now = crate::broker::now_ms();
+    let now = crate::clock::now_ms();
     let hold_throttled = wants.iter().any(|w| w.throttle_applies) && ctx.broker.quotas.leader.exceeded(now);
     for w in wants {
         let mut pd = empty_partition(w.partition_index);
@@ -96,7 +95,7 @@ fn read_once(
                     (Err(e), _) => Err((e, p.offsets().ok())),
                     (Ok(()), None) => p.read(w.fetch_offset, budget, min_one),
                     (Ok(()), Some(replica)) => {
-                        match p.follower_fetched(replica, w.fetch_offset, w.log_start, crate::broker::now_ms()) {
+                        match p.follower_fetched(replica, w.fetch_offset, w.log_start, crate::clock::now_ms()) {
                             Ok(Some(change)) => ctx.broker.request_isr_change(w.topic_id, p.clone(), change),
                             Ok(None) => {}
                             Err(e) => tracing::debug!(error = %e, "follower fetch on a closed partition"),
@@ -122,7 +121,7 @@ fn read_once(
                                     pd.records = Some(bytes);
                                 }
                                 Err(e) => {
-                                    let e: ApiError = e.into();
+                                    let e: BrokerError = e.into();
                                     pd.error_code = e.code();
                                     any_error = true;
                                 }
@@ -149,7 +148,7 @@ fn read_once(
 /// The response of the pass that ends the fetch; its bytes are counted (metrics, throttle).
 fn answer(ctx: &Ctx<'_>, mut resp: FetchResponse, pass: Pass) -> FetchResponse {
     ctx.broker.stats.fetched(pass.total as u64);
-    ctx.broker.quotas.leader.record(pass.throttled, crate::broker::now_ms());
+    ctx.broker.quotas.leader.record(pass.throttled, crate::clock::now_ms());
     resp.responses = pass.topics;
     resp
 }
@@ -158,7 +157,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
     let b = ctx.broker;
     let mut resp = FetchResponse::default();
     if req.session_id != 0 {
-        resp.error_code = ResponseError::FetchSessionIdNotFound.code();
+        resp.error_code = BrokerError::FetchSessionNotFound.code();
         return resp;
     }
     let by_id = ctx.version >= 13;
@@ -175,8 +174,8 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
         topics.push(tr);
         for fp in &ft.partitions {
             let target = match &topic {
-                None if by_id => Err(ApiError::new(ResponseError::UnknownTopicId, "unknown topic id")),
-                None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic")),
+                None if by_id => Err(BrokerError::UnknownTopicId),
+                None => Err(BrokerError::UnknownTopic("unknown topic".into())),
                 Some(t) => t.led(fp.partition).cloned(),
             };
             let throttled =

@@ -3,8 +3,7 @@
 //! the coordinator's ([`crate::coordinator`]); this module translates the wire messages.
 
 use oxbow_group::classic::{JoinRequest, JoinResponse, SyncRequest, SyncResponse};
-use oxbow_group::{GroupError, GroupState};
-use oxbow_protocol::ResponseError;
+use oxbow_group::{GroupError, GroupState, answer_code, code_of};
 use oxbow_protocol::messages::delete_groups_response::DeletableGroupResult;
 use oxbow_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use oxbow_protocol::messages::find_coordinator_response::Coordinator as FoundCoordinator;
@@ -21,6 +20,7 @@ use oxbow_protocol::messages::{
 use super::Ctx;
 use super::util::{OPERATIONS_NOT_REQUESTED, s};
 use crate::coordinator::detached;
+use crate::errors::BrokerError;
 
 /// Kafka's "all group operations" bitfield (READ, DELETE, DESCRIBE) for authorized operations.
 pub const ALL_GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
@@ -31,19 +31,19 @@ async fn find_one(ctx: &Ctx<'_>, key: &str, key_type: i8) -> FoundCoordinator {
     c.key = s(key);
     c.node_id = BrokerId(-1);
     c.port = -1;
-    let fail = |mut c: FoundCoordinator, e: ResponseError, msg: String| {
+    let fail = |mut c: FoundCoordinator, e: BrokerError| {
         c.error_code = e.code();
-        c.error_message = Some(s(msg));
+        c.error_message = Some(s(e.message()));
         c
     };
     if key_type != 0 {
         let what = if key_type == 1 { "transactions are not supported yet" } else { "unknown coordinator key type" };
-        return fail(c, ResponseError::InvalidRequest, format!("key type {key_type}: {what}"));
+        return fail(c, BrokerError::InvalidRequest(format!("key type {key_type}: {what}")));
     }
     let b = ctx.broker;
-    let topic = match b.groups.offsets_topic(b).await {
+    let topic = match b.offsets_topic().await {
         Ok(t) => t,
-        Err(e) => return fail(c, ResponseError::CoordinatorNotAvailable, e.message),
+        Err(e) => return fail(c, BrokerError::CoordinatorNotAvailable(e.message())),
     };
     let (leader, partition) = b.groups.coordinator_of(&topic, key);
     let endpoint = b.image().brokers.get(&leader).filter(|r| !r.fenced).and_then(|r| r.listeners.first().cloned());
@@ -57,8 +57,9 @@ async fn find_one(ctx: &Ctx<'_>, key: &str, key_type: i8) -> FoundCoordinator {
         None => {
             return fail(
                 c,
-                ResponseError::CoordinatorNotAvailable,
-                format!("partition {partition} of __consumer_offsets has no available leader"),
+                BrokerError::CoordinatorNotAvailable(format!(
+                    "partition {partition} of __consumer_offsets has no available leader"
+                )),
             );
         }
     }
@@ -99,14 +100,14 @@ pub async fn join_group(ctx: &Ctx<'_>, req: JoinGroupRequest) -> JoinGroupRespon
         supports_skip_assignment: ctx.version >= 9,
     };
     let (bb, g) = (b.clone(), group.clone());
-    let r = detached(async move { bb.groups.join(&bb, &g, join).await })
+    let r = detached(async move { bb.groups.join(&bb.view, &g, join).await })
         .await
         .unwrap_or_else(|| JoinResponse::error(GroupError::UnknownServerError, ""));
-    if r.error != GroupError::None && r.error != GroupError::MemberIdRequired {
+    if r.error.is_some_and(|e| e != GroupError::MemberIdRequired) {
         tracing::debug!(group = %group, error = ?r.error, "JoinGroup refused");
     }
     let mut resp = JoinGroupResponse::default();
-    resp.error_code = r.error.code();
+    resp.error_code = code_of(r.error);
     resp.generation_id = r.generation;
     resp.protocol_type = r.protocol_type.map(s);
     resp.protocol_name = r.protocol_name.map(s);
@@ -149,11 +150,11 @@ pub async fn sync_group(ctx: &Ctx<'_>, req: SyncGroupRequest) -> SyncGroupRespon
         assignments: req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect(),
     };
     let (bb, g) = (b.clone(), group.clone());
-    let r = detached(async move { bb.groups.sync(&bb, &g, sync).await })
+    let r = detached(async move { bb.groups.sync(&bb.view, &g, sync).await })
         .await
         .unwrap_or_else(|| SyncResponse::error(GroupError::UnknownServerError));
     let mut resp = SyncGroupResponse::default();
-    resp.error_code = r.error.code();
+    resp.error_code = code_of(r.error);
     resp.protocol_type = r.protocol_type.map(s);
     resp.protocol_name = r.protocol_name.map(s);
     resp.assignment = r.assignment;
@@ -163,12 +164,12 @@ pub async fn sync_group(ctx: &Ctx<'_>, req: SyncGroupRequest) -> SyncGroupRespon
 pub async fn heartbeat(ctx: &Ctx<'_>, req: HeartbeatRequest) -> HeartbeatResponse {
     let b = ctx.broker;
     let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
-    let e = b
+    let answer = b
         .groups
-        .heartbeat(b, req.group_id.0.as_str(), req.member_id.as_str(), instance.as_deref(), req.generation_id)
+        .heartbeat(&b.view, req.group_id.0.as_str(), req.member_id.as_str(), instance.as_deref(), req.generation_id)
         .await;
     let mut resp = HeartbeatResponse::default();
-    resp.error_code = e.code();
+    resp.error_code = answer_code(&answer);
     resp
 }
 
@@ -183,26 +184,30 @@ pub async fn leave_group(ctx: &Ctx<'_>, req: LeaveGroupRequest) -> LeaveGroupRes
         vec![(req.member_id.to_string(), None)]
     };
     let (bb, g, m) = (b.clone(), req.group_id.0.to_string(), members.clone());
-    let (top, errors) = detached(async move { bb.groups.leave(&bb, &g, &m).await })
+    let result = detached(async move { bb.groups.leave(&bb.view, &g, &m).await })
         .await
-        .unwrap_or((GroupError::UnknownServerError, Vec::new()));
+        .unwrap_or(Err(GroupError::UnknownServerError));
+    // A group-level error answers for every member too.
+    let (top, answers) = match result {
+        Ok(answers) => (Ok(()), answers),
+        Err(e) => (Err(e), Vec::new()),
+    };
     let mut resp = LeaveGroupResponse::default();
     if ctx.version >= 3 {
-        resp.error_code = top.code();
+        resp.error_code = answer_code(&top);
         resp.members = members
             .iter()
-            .zip(errors.iter().copied().chain(std::iter::repeat(top)))
-            .map(|((m, i), e)| {
+            .zip(answers.iter().copied().chain(std::iter::repeat(top)))
+            .map(|((m, i), a)| {
                 let mut r = MemberResponse::default();
                 r.member_id = s(m.clone());
                 r.group_instance_id = i.clone().map(s);
-                r.error_code = e.code();
+                r.error_code = answer_code(&a);
                 r
             })
             .collect();
     } else {
-        let e = if top != GroupError::None { top } else { errors.first().copied().unwrap_or(GroupError::None) };
-        resp.error_code = e.code();
+        resp.error_code = answer_code(&top.and(answers.first().copied().unwrap_or(Ok(()))));
     }
     resp
 }
@@ -210,7 +215,7 @@ pub async fn leave_group(ctx: &Ctx<'_>, req: LeaveGroupRequest) -> LeaveGroupRes
 pub async fn list_groups(ctx: &Ctx<'_>, req: ListGroupsRequest) -> ListGroupsResponse {
     let b = ctx.broker;
     let mut resp = ListGroupsResponse::default();
-    let listed = match b.groups.list(b).await {
+    let listed = match b.groups.list(&b.view).await {
         Ok(l) => l,
         Err(e) => {
             resp.error_code = e.code();
@@ -244,7 +249,7 @@ pub async fn describe_groups(ctx: &Ctx<'_>, req: DescribeGroupsRequest) -> Descr
         g.group_id = id.clone();
         g.authorized_operations =
             if req.include_authorized_operations { ALL_GROUP_OPERATIONS } else { OPERATIONS_NOT_REQUESTED };
-        match b.groups.describe(b, id.0.as_str()).await {
+        match b.groups.describe(&b.view, id.0.as_str()).await {
             Ok(Some(d)) => {
                 g.group_state = s(d.state);
                 g.protocol_type = s(d.protocol_type);
@@ -268,12 +273,12 @@ pub async fn describe_groups(ctx: &Ctx<'_>, req: DescribeGroupsRequest) -> Descr
                 // A consumer protocol group: not a classic group.
                 g.group_state = s(GroupState::Dead.name());
                 if ctx.version >= 6 {
-                    g.error_code = ResponseError::GroupIdNotFound.code();
+                    g.error_code = GroupError::GroupIdNotFound.code();
                     g.error_message = Some(s(format!("Group {} is not a classic group.", id.0.as_str())));
                 }
             }
             Ok(None) if ctx.version >= 6 => {
-                g.error_code = ResponseError::GroupIdNotFound.code();
+                g.error_code = GroupError::GroupIdNotFound.code();
                 g.error_message = Some(s(format!("Group {} not found.", id.0.as_str())));
                 g.group_state = s(GroupState::Dead.name());
             }
@@ -292,8 +297,8 @@ pub async fn delete_groups(ctx: &Ctx<'_>, req: DeleteGroupsRequest) -> DeleteGro
         let mut r = DeletableGroupResult::default();
         r.group_id = id.clone();
         let (bb, g) = (b.clone(), id.0.to_string());
-        let e = detached(async move { bb.groups.delete_group(&bb, &g).await }).await;
-        r.error_code = e.unwrap_or(GroupError::UnknownServerError).code();
+        let e = detached(async move { bb.groups.delete_group(&bb.view, &g).await }).await;
+        r.error_code = answer_code(&e.unwrap_or(Err(GroupError::UnknownServerError)));
         resp.results.push(r);
     }
     resp

@@ -1,12 +1,11 @@
 //! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), and
 //! offsets by timestamp (the first record whose timestamp is at or after the target).
 
-use oxbow_protocol::ResponseError;
 use oxbow_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use oxbow_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::Ctx;
-use crate::errors::ApiError;
+use crate::errors::BrokerError;
 use crate::partition::Partition;
 
 const LATEST: i64 = -1;
@@ -15,7 +14,7 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 
 /// (offset, timestamp) for one partition.
-fn lookup(p: &Partition, ts: i64, leader_epoch: i32) -> Result<(i64, i64), ApiError> {
+fn lookup(p: &Partition, ts: i64, leader_epoch: i32) -> Result<(i64, i64), BrokerError> {
     p.check_leader_epoch(leader_epoch)?;
     let o = p.offsets()?;
     match ts {
@@ -42,7 +41,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ListOffsetsRequest) -> ListOffsetsRespon
             pr.offset = -1;
             pr.leader_epoch = -1;
             let part = match &topic {
-                None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "unknown topic or partition")),
+                None => Err(BrokerError::UnknownTopic("unknown topic or partition".into())),
                 Some(t) => t.led(rp.partition_index),
             };
             let result = part.and_then(|p| {

@@ -1,6 +1,5 @@
 //! Metadata: brokers, topics and partitions, with auto topic creation.
 
-use oxbow_protocol::ResponseError;
 use oxbow_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -10,6 +9,7 @@ use uuid::Uuid;
 use super::Ctx;
 use super::util::{ALL_CLUSTER_OPERATIONS, ALL_TOPIC_OPERATIONS, OPERATIONS_NOT_REQUESTED, s, topic_name};
 use crate::broker::{Topic, validate_topic_name};
+use crate::errors::BrokerError;
 
 /// `fenced_self`: this broker is not confirmed unfenced, so it reports no partition as its own.
 fn describe_topic(t: &Topic, with_ops: bool, fenced_self: Option<i32>) -> MetadataResponseTopic {
@@ -27,14 +27,14 @@ fn describe_topic(t: &Topic, with_ops: bool, fenced_self: Option<i32>) -> Metada
         mp.replica_nodes = p.replicas.iter().map(|b| BrokerId(*b)).collect();
         mp.isr_nodes = p.isr.iter().map(|b| BrokerId(*b)).collect();
         if leader < 0 {
-            mp.error_code = ResponseError::LeaderNotAvailable.code();
+            mp.error_code = BrokerError::LeaderNotAvailable.code();
         }
         out.partitions.push(mp);
     }
     out
 }
 
-fn topic_error(name: Option<String>, id: Uuid, e: ResponseError) -> MetadataResponseTopic {
+fn topic_error(name: Option<String>, id: Uuid, e: &BrokerError) -> MetadataResponseTopic {
     let mut out = MetadataResponseTopic::default();
     out.name = name.map(|n| topic_name(&n));
     out.topic_id = id;
@@ -94,7 +94,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
             // By topic id (v10+).
             match b.topic_by_id(rt.topic_id) {
                 Some(t) if !rt.topic_id.is_nil() => resp.topics.push(describe_topic(&t, with_ops, fenced_self)),
-                _ => resp.topics.push(topic_error(None, rt.topic_id, ResponseError::UnknownTopicId)),
+                _ => resp.topics.push(topic_error(None, rt.topic_id, &BrokerError::UnknownTopicId)),
             }
             continue;
         };
@@ -103,7 +103,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
             continue;
         }
         if let Err(e) = validate_topic_name(&name) {
-            resp.topics.push(topic_error(Some(name), Uuid::nil(), e.error));
+            resp.topics.push(topic_error(Some(name), Uuid::nil(), &e));
             continue;
         }
         if allow_auto && b.config.auto_create_topics {
@@ -119,15 +119,15 @@ pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
                 .await
             {
                 Ok(Some(t)) => resp.topics.push(describe_topic(&t, with_ops, fenced_self)),
-                Ok(None) => resp.topics.push(topic_error(Some(name), Uuid::nil(), ResponseError::LeaderNotAvailable)),
-                Err(e) if e.error == ResponseError::TopicAlreadyExists => match b.topic(&name) {
+                Ok(None) => resp.topics.push(topic_error(Some(name), Uuid::nil(), &BrokerError::LeaderNotAvailable)),
+                Err(BrokerError::TopicExists(_)) => match b.topic(&name) {
                     Some(t) => resp.topics.push(describe_topic(&t, with_ops, fenced_self)),
-                    None => resp.topics.push(topic_error(Some(name), Uuid::nil(), ResponseError::LeaderNotAvailable)),
+                    None => resp.topics.push(topic_error(Some(name), Uuid::nil(), &BrokerError::LeaderNotAvailable)),
                 },
-                Err(e) => resp.topics.push(topic_error(Some(name), Uuid::nil(), e.error)),
+                Err(e) => resp.topics.push(topic_error(Some(name), Uuid::nil(), &e)),
             }
         } else {
-            resp.topics.push(topic_error(Some(name), Uuid::nil(), ResponseError::UnknownTopicOrPartition));
+            resp.topics.push(topic_error(Some(name), Uuid::nil(), &BrokerError::unknown_topic(false)));
         }
     }
     resp

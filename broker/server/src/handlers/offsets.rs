@@ -2,9 +2,8 @@
 //! Partitions of unknown topics and oversized metadata are refused per partition, as Kafka
 //! does, before the group is asked.
 
-use oxbow_group::GroupError;
 use oxbow_group::records::OffsetValue;
-use oxbow_protocol::ResponseError;
+use oxbow_group::{GroupError, answer_code};
 use oxbow_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use oxbow_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
 use oxbow_protocol::messages::offset_fetch_response::{
@@ -19,6 +18,7 @@ use oxbow_protocol::messages::{
 use super::Ctx;
 use super::util::s;
 use crate::coordinator::{CommitEntry, Committer, detached};
+use crate::errors::BrokerError;
 
 /// Whether `topic` has partition `p` in this broker's metadata.
 fn partition_exists(ctx: &Ctx<'_>, topic: &str, p: i32) -> bool {
@@ -40,9 +40,9 @@ pub async fn offset_commit(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCom
             rp.partition_index = p.partition_index;
             let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
             if !partition_exists(ctx, t.name.0.as_str(), p.partition_index) {
-                rp.error_code = ResponseError::UnknownTopicOrPartition.code();
+                rp.error_code = BrokerError::unknown_topic(false).code();
             } else if !b.groups.metadata_fits(&metadata) {
-                rp.error_code = ResponseError::OffsetMetadataTooLarge.code();
+                rp.error_code = BrokerError::OffsetMetadataTooLarge.code();
             } else {
                 slots.push((resp.topics.len(), rt.partitions.len()));
                 entries.push(CommitEntry {
@@ -67,17 +67,14 @@ pub async fn offset_commit(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCom
         api_version: ctx.version,
     };
     let (bb, group) = (b.clone(), req.group_id.0.to_string());
-    let result = detached(async move { bb.groups.commit(&bb, &group, &by, entries).await })
+    let result = detached(async move { bb.groups.commit(&bb.view, &group, &by, entries).await })
         .await
         .unwrap_or(Err(GroupError::UnknownServerError));
-    let e = match result {
-        Ok(e) | Err(e) => e,
-    };
-    if e != GroupError::None {
+    if let Err(e) = result {
         tracing::debug!(group = %req.group_id.0.as_str(), error = ?e, "OffsetCommit refused");
     }
     for (t, p) in slots {
-        resp.topics[t].partitions[p].error_code = e.code();
+        resp.topics[t].partitions[p].error_code = answer_code(&result);
     }
     resp
 }
@@ -106,7 +103,7 @@ async fn fetch_group(
     topics: Option<Vec<(String, Vec<i32>)>>,
     member: Option<(Option<&str>, i32)>,
 ) -> Fetched {
-    ctx.broker.groups.fetch_offsets(ctx.broker, group, topics, member).await
+    ctx.broker.groups.fetch_offsets(&ctx.broker.view, group, topics, member).await
 }
 
 pub async fn offset_fetch(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetchResponse {
@@ -189,20 +186,20 @@ pub async fn offset_delete(ctx: &Ctx<'_>, req: OffsetDeleteRequest) -> OffsetDel
                 slots.push((resp.topics.len(), rt.partitions.len()));
                 asked.push((t.name.0.to_string(), p.partition_index));
             } else {
-                rp.error_code = ResponseError::UnknownTopicOrPartition.code();
+                rp.error_code = BrokerError::unknown_topic(false).code();
             }
             rt.partitions.push(rp);
         }
         resp.topics.push(rt);
     }
     let (bb, group) = (b.clone(), req.group_id.0.to_string());
-    let deleted = detached(async move { bb.groups.delete_offsets(&bb, &group, &asked).await })
+    let deleted = detached(async move { bb.groups.delete_offsets(&bb.view, &group, &asked).await })
         .await
         .unwrap_or(Err(GroupError::UnknownServerError));
     match deleted {
         Ok(errors) => {
-            for ((t, p), e) in slots.into_iter().zip(errors) {
-                resp.topics[t].partitions[p].error_code = e.code();
+            for ((t, p), a) in slots.into_iter().zip(errors) {
+                resp.topics[t].partitions[p].error_code = answer_code(&a);
             }
         }
         Err(e) => {

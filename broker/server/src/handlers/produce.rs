@@ -1,17 +1,16 @@
 //! Produce: validate every batch, append, and for acks=all wait until the high watermark covers
 //! the write (the ISR rule of `crate::replica`). acks=0 gets no response at all.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use oxbow_log::batch::validate_produce;
-use oxbow_protocol::ResponseError;
 use oxbow_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use oxbow_protocol::messages::{ProduceRequest, ProduceResponse};
 
 use super::Ctx;
 use super::util::s;
-use crate::broker::now_ms;
-use crate::errors::ApiError;
+use crate::clock::now_ms;
+use crate::errors::BrokerError;
 use crate::partition::HwWait;
 
 struct Pending {
@@ -21,11 +20,11 @@ struct Pending {
     wait_for: i64,
 }
 
-fn partition_error(index: i32, e: &ApiError) -> PartitionProduceResponse {
+fn partition_error(index: i32, e: &BrokerError) -> PartitionProduceResponse {
     let mut r = PartitionProduceResponse::default();
     r.index = index;
     r.error_code = e.code();
-    r.error_message = Some(s(e.message.clone()));
+    r.error_message = Some(s(e.message()));
     r.base_offset = -1;
     r.log_append_time_ms = -1;
     r.log_start_offset = -1;
@@ -44,33 +43,22 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
         tr.topic_id = td.topic_id;
         let topic = if ctx.version >= 13 { b.topic_by_id(td.topic_id) } else { b.topic(td.name.0.as_str()) };
         for pd in td.partition_data {
-            let fail = |e: ApiError| partition_error(pd.index, &e);
+            let fail = |e: BrokerError| partition_error(pd.index, &e);
             if !matches!(acks, -1..=1) {
-                tr.partition_responses
-                    .push(fail(ApiError::new(ResponseError::InvalidRequiredAcks, format!("acks={acks}"))));
+                tr.partition_responses.push(fail(BrokerError::InvalidRequiredAcks(acks)));
                 continue;
             }
             if req.transactional_id.is_some() {
-                tr.partition_responses.push(fail(ApiError::new(
-                    ResponseError::TransactionalIdAuthorizationFailed,
-                    "transactions are not supported yet",
-                )));
+                tr.partition_responses.push(fail(BrokerError::TransactionsUnsupported));
                 continue;
             }
             if topic.as_ref().is_some_and(|t| t.meta.name == crate::coordinator::OFFSETS_TOPIC) {
-                tr.partition_responses.push(fail(ApiError::new(
-                    ResponseError::InvalidTopicException,
-                    "Cannot append to internal topic __consumer_offsets",
-                )));
+                tr.partition_responses
+                    .push(fail(BrokerError::InvalidTopic("Cannot append to internal topic __consumer_offsets".into())));
                 continue;
             }
             let Some(topic) = topic.as_ref() else {
-                let e = if ctx.version >= 13 {
-                    ResponseError::UnknownTopicId
-                } else {
-                    ResponseError::UnknownTopicOrPartition
-                };
-                tr.partition_responses.push(fail(ApiError::new(e, "unknown topic")));
+                tr.partition_responses.push(fail(BrokerError::unknown_topic(ctx.version >= 13)));
                 continue;
             };
             let partition = match topic.led(pd.index) {
@@ -118,7 +106,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
                     tr.partition_responses.push(pr);
                 }
                 Err(e) => {
-                    if e.error != ResponseError::OutOfOrderSequenceNumber {
+                    if !matches!(e, BrokerError::OutOfOrderSequence(_)) {
                         tracing::debug!(topic = %topic.meta.name, partition = pd.index, error = %e, "produce failed");
                     }
                     tr.partition_responses.push(fail(e));
@@ -130,17 +118,16 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
     if acks == 0 {
         return None;
     }
-    // acks=all: wait until the ISR has every write (immediate with one replica).
-    let timeout = Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));
+    // acks=all: wait until the ISR has every write (immediate with one replica). The request's
+    // timeout is one deadline for all its partitions, as in Kafka's produce purgatory.
+    let deadline = Instant::now() + Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));
     for p in pending {
-        let e = match p.partition.wait_for_hw(p.wait_for, timeout).await {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let e = match p.partition.wait_for_hw(p.wait_for, left).await {
             Ok(()) => continue,
-            Err(HwWait::TimedOut) => {
-                ApiError::new(ResponseError::RequestTimedOut, "timed out waiting for in-sync replicas")
-            }
-            Err(HwWait::NotLeader) => ApiError::new(
-                ResponseError::NotLeaderOrFollower,
-                "this broker stopped leading the partition before the in-sync replicas had the write",
+            Err(HwWait::TimedOut) => BrokerError::TimedOut("timed out waiting for in-sync replicas".into()),
+            Err(HwWait::NotLeader) => BrokerError::NotLeader(
+                "this broker stopped leading the partition before the in-sync replicas had the write".into(),
             ),
         };
         let slot = &mut resp.responses[p.topic].partition_responses[p.resp_index];

@@ -7,13 +7,12 @@
 use std::time::Duration;
 
 use oxbow_meta::{AdminRefusal, AdminReply, QuorumAdmin, QuorumState};
-use oxbow_protocol::ResponseError;
 use oxbow_protocol::messages::describe_quorum_response::{Listener, Node, PartitionData, ReplicaState, TopicData};
 use oxbow_protocol::messages::*;
 
 use super::Ctx;
 use super::util::s;
-use crate::errors::ApiError;
+use crate::errors::BrokerError;
 
 /// The metadata log's name, as Kafka calls it.
 pub const METADATA_TOPIC: &str = "__cluster_metadata";
@@ -21,20 +20,13 @@ pub const METADATA_TOPIC: &str = "__cluster_metadata";
 /// How long a membership change may take (a new voter first catches up as a learner).
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(60);
 
-async fn run(ctx: &Ctx<'_>, req: QuorumAdmin) -> Result<AdminReply, ApiError> {
-    let q = ctx
-        .broker
-        .quorum()
-        .ok_or_else(|| ApiError::new(ResponseError::NotController, "metadata quorum not started"))?;
-    match q.admin(req, ADMIN_TIMEOUT).await.map_err(ApiError::from)? {
+async fn run(ctx: &Ctx<'_>, req: QuorumAdmin) -> Result<AdminReply, BrokerError> {
+    let q = ctx.broker.quorum().ok_or_else(|| BrokerError::NotController("metadata quorum not started".into()))?;
+    match q.admin(req, ADMIN_TIMEOUT).await.map_err(BrokerError::from)? {
         Ok(reply) => Ok(reply),
-        Err(AdminRefusal::DuplicateVoter(n)) => {
-            Err(ApiError::new(ResponseError::DuplicateVoter, format!("node {n} is already a voter")))
-        }
-        Err(AdminRefusal::VoterNotFound(n)) => {
-            Err(ApiError::new(ResponseError::VoterNotFound, format!("node {n} is not a voter")))
-        }
-        Err(AdminRefusal::Invalid(why)) => Err(ApiError::new(ResponseError::InvalidRequest, why)),
+        Err(AdminRefusal::DuplicateVoter(n)) => Err(BrokerError::DuplicateVoter(n)),
+        Err(AdminRefusal::VoterNotFound(n)) => Err(BrokerError::VoterNotFound(n)),
+        Err(AdminRefusal::Invalid(why)) => Err(BrokerError::InvalidRequest(why)),
     }
 }
 
@@ -71,13 +63,13 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeQuorumRequest) -> DescribeQuor
                     let mut p = PartitionData::default();
                     p.error_code = e.code();
                     if ctx.version >= 2 {
-                        p.error_message = Some(s(e.message.clone()));
+                        p.error_message = Some(s(e.message()));
                     }
                     p
                 }
                 _ => {
                     let mut p = PartitionData::default();
-                    p.error_code = ResponseError::UnknownTopicOrPartition.code();
+                    p.error_code = BrokerError::unknown_topic(false).code();
                     p
                 }
             };
@@ -113,13 +105,13 @@ pub async fn add_voter(ctx: &Ctx<'_>, req: AddRaftVoterRequest) -> AddRaftVoterR
             .iter()
             .find(|l| Some(l.name.to_string()) == names)
             .or_else(|| req.listeners.first())
-            .ok_or_else(|| ApiError::new(ResponseError::InvalidRequest, "AddRaftVoter needs the voter's listener"))?;
+            .ok_or_else(|| BrokerError::InvalidRequest("AddRaftVoter needs the voter's listener".into()))?;
         run(ctx, QuorumAdmin::AddVoter { node_id: req.voter_id, addr: format!("{}:{}", l.host, l.port) }).await
     }
     .await;
     if let Err(e) = result {
         resp.error_code = e.code();
-        resp.error_message = Some(s(e.message));
+        resp.error_message = Some(s(e.message()));
     }
     resp
 }
@@ -133,17 +125,17 @@ pub async fn remove_voter(ctx: &Ctx<'_>, req: RemoveRaftVoterRequest) -> RemoveR
     .await;
     if let Err(e) = result {
         resp.error_code = e.code();
-        resp.error_message = Some(s(e.message));
+        resp.error_message = Some(s(e.message()));
     }
     resp
 }
 
-fn check_cluster(ctx: &Ctx<'_>, cluster_id: Option<&str>) -> Result<(), ApiError> {
+fn check_cluster(ctx: &Ctx<'_>, cluster_id: Option<&str>) -> Result<(), BrokerError> {
     match cluster_id {
-        Some(c) if c != ctx.broker.cluster_id => Err(ApiError::new(
-            ResponseError::InconsistentClusterId,
-            format!("cluster id {c} is not this cluster's ({})", ctx.broker.cluster_id),
-        )),
+        Some(c) if c != ctx.broker.cluster_id => Err(BrokerError::InconsistentClusterId(format!(
+            "cluster id {c} is not this cluster's ({})",
+            ctx.broker.cluster_id
+        ))),
         _ => Ok(()),
     }
 }

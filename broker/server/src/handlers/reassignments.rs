@@ -14,7 +14,7 @@ use oxbow_protocol::messages::*;
 
 use super::Ctx;
 use super::util::{entry, s, topic_name};
-use crate::errors::ApiError;
+use crate::errors::BrokerError;
 
 pub async fn alter(ctx: &Ctx<'_>, req: AlterPartitionReassignmentsRequest) -> AlterPartitionReassignmentsResponse {
     let mut resp = AlterPartitionReassignmentsResponse::default();
@@ -38,28 +38,28 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterPartitionReassignmentsRequest) -> Al
         partitions: partitions.clone(),
         allow_rf_change: req.allow_replication_factor_change,
     };
-    let results: Vec<(String, i32, Option<ApiError>)> = match ctx.broker.execute(cmd).await {
+    let results: Vec<(String, i32, Option<BrokerError>)> = match ctx.broker.execute(cmd).await {
         Ok(Reply::Reassignments(r)) => r
             .into_iter()
-            .map(|(t, p, refusal)| (t, p, refusal.map(|e| ApiError::from(oxbow_meta::CommandError::Refused(e)))))
+            .map(|(t, p, refusal)| (t, p, refusal.map(|e| BrokerError::from(oxbow_meta::CommandError::Refused(e)))))
             .collect(),
         other => {
             // The whole request failed: as Kafka's error response, the top-level error and
             // every partition asked for carry it.
             let e = match other {
-                Ok(reply) => ApiError::unexpected_reply(&reply),
+                Ok(reply) => BrokerError::unexpected_reply(&reply),
                 Err(e) => e,
             };
             resp.error_code = e.code();
-            resp.error_message = Some(s(e.message.clone()));
+            resp.error_message = Some(s(e.message()));
             partitions.into_iter().map(|r| (r.topic, r.partition, Some(e.clone()))).collect()
         }
     };
     for (topic, partition, error) in results {
         let mut pr = ReassignablePartitionResponse::default();
         pr.partition_index = partition;
-        pr.error_code = error.as_ref().map_or(0, ApiError::code);
-        pr.error_message = error.map(|e| s(e.message));
+        pr.error_code = error.as_ref().map_or(0, BrokerError::code);
+        pr.error_message = error.map(|e| s(e.message()));
         let new = || {
             let mut t = ReassignableTopicResponse::default();
             t.name = topic_name(&topic);
@@ -82,11 +82,11 @@ pub async fn list(ctx: &Ctx<'_>, req: ListPartitionReassignmentsRequest) -> List
         Ok(Reply::Reassigning(moves)) => resp.topics = group(moves),
         other => {
             let e = match other {
-                Ok(reply) => ApiError::unexpected_reply(&reply),
+                Ok(reply) => BrokerError::unexpected_reply(&reply),
                 Err(e) => e,
             };
             resp.error_code = e.code();
-            resp.error_message = Some(s(e.message));
+            resp.error_message = Some(s(e.message()));
         }
     }
     resp
@@ -117,13 +117,13 @@ pub async fn unregister_broker(ctx: &Ctx<'_>, req: UnregisterBrokerRequest) -> U
     match ctx.broker.execute(Command::UnregisterBroker { node_id: req.broker_id.0 }).await {
         Ok(Reply::Done) => tracing::info!(node = req.broker_id.0, "broker unregistered"),
         Ok(reply) => {
-            let e = ApiError::unexpected_reply(&reply);
+            let e = BrokerError::unexpected_reply(&reply);
             resp.error_code = e.code();
-            resp.error_message = Some(s(e.message));
+            resp.error_message = Some(s(e.message()));
         }
         Err(e) => {
             resp.error_code = e.code();
-            resp.error_message = Some(s(e.message));
+            resp.error_message = Some(s(e.message()));
         }
     }
     resp

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use oxbow_log::{Log, LogConfig, OpenOptions};
+use oxbow_protocol::ResponseError;
 use oxbow_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use oxbow_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 

@@ -1,0 +1,652 @@
+//! The table of supported keys ([`KEYS`]): name, default, what each accepts, documentation.
+//! Parsing and validation ([`super::BrokerConfig::from_map`]), `--help` and
+//! `docs/configuration.md` all come from it.
+
+use super::parse::{parse_host_ports, parse_listeners, parse_voters};
+
+/// What a key accepts.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    /// An integer in `min..=max`.
+    Int {
+        min: i64,
+        max: i64,
+    },
+    Bool,
+    /// One of a fixed set of words.
+    Choice(&'static [&'static str]),
+    /// A comma-separated list of `NAME://host:port` listeners.
+    Listeners,
+    /// A comma-separated list of paths.
+    Paths,
+    /// A decimal number in `[0, 1]`.
+    Ratio,
+    /// `ip:port` (an IP literal), or empty for "off".
+    SocketAddr,
+    /// `id@host:port,...` (controller.quorum.voters).
+    Voters,
+    /// `host:port,...` (controller.quorum.bootstrap.servers).
+    HostPorts,
+    /// A comma-separated list of names.
+    Names,
+    /// A non-empty word of ASCII letters, digits, '-' and '_' (cluster.id).
+    Word,
+    /// A label value (ASCII letters, digits, '-', '_', '.'), or empty for none (broker.rack:
+    /// a zone or region name).
+    Label,
+    /// `*`, or a comma-separated list of `partition:broker` (possibly empty): the replicas a
+    /// replication throttle applies to (`leader.replication.throttled.replicas`, ...).
+    ThrottledReplicas,
+}
+
+impl Kind {
+    pub fn accepted(&self) -> String {
+        match self {
+            Kind::Int { min, max } if *max == i64::MAX => format!("an integer >= {min}"),
+            Kind::Int { min, max } if *max == i64::from(i32::MAX) => format!("an integer in [{min}, {max}] (2^31-1)"),
+            Kind::Int { min, max } => format!("an integer in [{min}, {max}]"),
+            Kind::Bool => "true or false".into(),
+            Kind::Choice(c) => format!("one of: {}", c.join(", ")),
+            Kind::Listeners => {
+                "a comma-separated list of NAME://host:port (host may be empty or an IP literal; port 0..65535)".into()
+            }
+            Kind::Paths => "a comma-separated list of directories".into(),
+            Kind::Ratio => "a decimal number in [0, 1]".into(),
+            Kind::SocketAddr => "ip:port with an IP literal (e.g. 0.0.0.0:8080), or empty to disable".into(),
+            Kind::Voters => "a comma-separated list of id@host:port (e.g. 1@127.0.1.1:9093,2@127.0.1.2:9093)".into(),
+            Kind::HostPorts => "a comma-separated list of host:port (e.g. 127.0.1.1:9093,127.0.1.2:9093)".into(),
+            Kind::Names => "a comma-separated list of listener names".into(),
+            Kind::Word => "a non-empty string of ASCII letters, digits, '-' and '_'".into(),
+            Kind::Label => "ASCII letters, digits, '-', '_' and '.', or empty for none".into(),
+            Kind::ThrottledReplicas => "the literal '*' or a list of replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...".into(),
+        }
+    }
+
+    /// Kafka's DescribeConfigs config type: BOOLEAN=1, STRING=2, INT=3, LONG=5, LIST=7.
+    pub fn config_type(&self) -> i8 {
+        match self {
+            Kind::Bool => 1,
+            Kind::Int { max, .. } if *max <= i64::from(i32::MAX) => 3,
+            Kind::Int { .. } => 5,
+            Kind::Choice(_) | Kind::SocketAddr | Kind::Word | Kind::Label => 2,
+            Kind::Listeners | Kind::Paths | Kind::Voters | Kind::HostPorts | Kind::Names | Kind::ThrottledReplicas => 7,
+            Kind::Ratio => 6,
+        }
+    }
+
+    pub fn check(&self, value: &str) -> bool {
+        match self {
+            Kind::Int { min, max } => value.trim().parse::<i64>().is_ok_and(|v| v >= *min && v <= *max),
+            Kind::Bool => matches!(value.trim(), "true" | "false"),
+            Kind::Choice(c) => c.contains(&value.trim()),
+            Kind::Listeners => parse_listeners(value).is_ok(),
+            Kind::Paths => value.split(',').all(|p| !p.trim().is_empty()),
+            Kind::Ratio => value.trim().parse::<f64>().is_ok_and(|v| (0.0..=1.0).contains(&v)),
+            Kind::SocketAddr => value.trim().is_empty() || value.trim().parse::<std::net::SocketAddr>().is_ok(),
+            Kind::Voters => parse_voters(value).is_ok(),
+            Kind::HostPorts => parse_host_ports(value).is_ok(),
+            Kind::Names => value.split(',').all(|p| !p.trim().is_empty()),
+            Kind::Word => {
+                !value.trim().is_empty()
+                    && value.trim().bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+            }
+            Kind::Label => value.trim().bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')),
+            Kind::ThrottledReplicas => {
+                let digits = |x: &str| !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit());
+                value.trim() == "*"
+                    || value
+                        .split(',')
+                        .map(str::trim)
+                        .all(|e| e.is_empty() || e.split_once(':').is_some_and(|(p, b)| digits(p) && digits(b)))
+            }
+        }
+    }
+}
+
+/// One supported key.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyDef {
+    pub name: &'static str,
+    /// `None`: no default (derived from another key, or unset).
+    pub default: Option<&'static str>,
+    pub kind: Kind,
+    pub doc: &'static str,
+}
+
+const I32: i64 = i32::MAX as i64;
+const LONG: i64 = i64::MAX;
+
+const COMPRESSION: &[&str] = &["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"];
+const TIMESTAMP_TYPES: &[&str] = &["CreateTime", "LogAppendTime"];
+/// `cleanup.policy` values (both: compacted, and old segments deleted by retention).
+pub const CLEANUP: &[&str] = &["delete", "compact", "compact,delete", "delete,compact"];
+
+const ROLES: &[&str] = &["broker,controller", "controller,broker", "broker", "controller"];
+
+/// Every broker key Oxbow understands, with Kafka's defaults.
+pub const KEYS: &[KeyDef] = &[
+    KeyDef {
+        name: "node.id",
+        default: Some("1"),
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "This node's id. `broker.id` is accepted as a synonym.",
+    },
+    KeyDef {
+        name: "process.roles",
+        default: Some("broker,controller"),
+        kind: Kind::Choice(ROLES),
+        doc: "`broker,controller` (combined: serves clients and is a metadata quorum voter), `broker` (serves clients and follows the metadata of the voters in `controller.quorum.voters`) or `controller` (a dedicated quorum voter: no client listener, never registers as a broker, leads no partition; its `listeners` hold only the CONTROLLER listener).",
+    },
+    KeyDef {
+        name: "controller.quorum.voters",
+        default: None,
+        kind: Kind::Voters,
+        doc: "The metadata quorum's initial voters, `id@host:port` of each one's CONTROLLER listener. Unset on a combined node: a single-node quorum of this node alone. A controller not in the list starts as an observer and becomes a voter through AddRaftVoter (KIP-853); the membership then lives in the metadata log.",
+    },
+    KeyDef {
+        name: "controller.quorum.bootstrap.servers",
+        default: None,
+        kind: Kind::HostPorts,
+        doc: "Dynamic quorum (KIP-853): `host:port` of some controllers' CONTROLLER listeners, used to find the active controller. The voters then live in the metadata log: the first ones are set once by `oxbow-broker format --standalone` or `--initial-controllers`, later ones join through AddRaftVoter (or `controller.quorum.auto.join.enable`). Set this or `controller.quorum.voters`, not both. Needs `cluster.id` (in this file, or written by `oxbow-broker format`).",
+    },
+    KeyDef {
+        name: "controller.quorum.auto.join.enable",
+        default: Some("false"),
+        kind: Kind::Bool,
+        doc: "With `controller.quorum.bootstrap.servers`: a controller that is not a voter asks the active controller to add it (AddRaftVoter, with its advertised CONTROLLER address) once per start, after it has caught up as a learner.",
+    },
+    KeyDef {
+        name: "controller.listener.names",
+        default: Some("CONTROLLER"),
+        kind: Kind::Names,
+        doc: "Names in `listeners` that are controller listeners (metadata quorum traffic, gRPC); the first is used.",
+    },
+    KeyDef {
+        name: "controller.quorum.election.timeout.ms",
+        default: Some("1000"),
+        kind: Kind::Int { min: 100, max: I32 },
+        doc: "A voter that hears no leader for between this and twice this long starts an election.",
+    },
+    KeyDef {
+        name: "cluster.id",
+        default: None,
+        kind: Kind::Word,
+        doc: "The cluster's id, written to every log dir's meta.properties on first start; a node whose stored id differs refuses to start. Required with more than one voter; a single node generates one.",
+    },
+    KeyDef {
+        name: "metadata.log.dir",
+        default: None,
+        kind: Kind::Paths,
+        doc: "Where the metadata quorum's log and snapshots (RocksDB) live. Defaults to the first of `log.dirs`.",
+    },
+    KeyDef {
+        name: "metadata.log.max.record.bytes.between.snapshots",
+        default: Some("20971520"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "Write a metadata snapshot (and let the log before it be purged) after this many bytes of records.",
+    },
+    KeyDef {
+        name: "replica.lag.time.max.ms",
+        default: Some("30000"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "A follower that has not fetched up to its leader's log end for this long leaves the ISR.",
+    },
+    KeyDef {
+        name: "replica.high.watermark.checkpoint.interval.ms",
+        default: Some("5000"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "How often every partition's high watermark is written to `replication-offset-checkpoint` in each log dir (and at shutdown). A restarted replica shows consumers no more than that until its leader, or as leader its ISR, confirms more.",
+    },
+    KeyDef {
+        name: "leader.replication.throttled.rate",
+        default: Some("9223372036854775807"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Bytes per second this broker sends, as a leader, to followers of the replicas its topics list in `leader.replication.throttled.replicas` that are not in the ISR (Kafka's replication throttle, set by `kafka-reassign-partitions --throttle`). Meant to be set dynamically, per broker (IncrementalAlterConfigs on the BROKER resource of its id) or cluster-wide; the default is no limit.",
+    },
+    KeyDef {
+        name: "follower.replication.throttled.rate",
+        default: Some("9223372036854775807"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Bytes per second this broker fetches, as a follower, for the replicas its topics list in `follower.replication.throttled.replicas` while it is not in their ISR. Set dynamically like `leader.replication.throttled.rate`; the default is no limit.",
+    },
+    KeyDef {
+        name: "replica.alter.log.dirs.io.max.bytes.per.second",
+        default: Some("9223372036854775807"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Accepted (dynamically too, as `kafka-reassign-partitions` sets and clears it); Oxbow does not move replicas between log dirs of one broker.",
+    },
+    KeyDef {
+        name: "replication.quota.window.num",
+        default: Some("11"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Samples the replication throttles measure their rate over (the current one and the whole ones before it).",
+    },
+    KeyDef {
+        name: "replication.quota.window.size.seconds",
+        default: Some("1"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Length of one replication throttle sample.",
+    },
+    KeyDef {
+        name: "broker.heartbeat.interval.ms",
+        default: Some("2000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "How often a broker heartbeats to the active controller.",
+    },
+    KeyDef {
+        name: "broker.session.timeout.ms",
+        default: Some("9000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "The active controller fences a broker that has not heartbeated for this long; its partitions get new leaders from their ISR.",
+    },
+    KeyDef {
+        name: "broker.rack",
+        default: None,
+        kind: Kind::Label,
+        doc: "This broker's rack (or zone): replicas of a partition are placed on different racks where possible. Empty means none (on Kubernetes, a pod whose node has no zone label).",
+    },
+    KeyDef {
+        name: "num.recovery.threads.per.data.dir",
+        default: Some("2"),
+        kind: Kind::Int { min: 1, max: 64 },
+        doc: "Threads that open (and after a crash, recover) partition logs at startup, per log dir (Kafka 4's default, 2).",
+    },
+    KeyDef {
+        name: "listeners",
+        default: Some("PLAINTEXT://127.0.0.1:9092"),
+        kind: Kind::Listeners,
+        doc: "Addresses to listen on. Port 0 picks a free port.",
+    },
+    KeyDef {
+        name: "advertised.listeners",
+        default: None,
+        kind: Kind::Listeners,
+        doc: "Addresses given to clients in Metadata. Defaults to `listeners`.",
+    },
+    KeyDef {
+        name: "log.dirs",
+        default: Some("./oxbow-data"),
+        kind: Kind::Paths,
+        doc: "Directories holding partition logs (`log.dir` is a synonym). Partitions are spread across them.",
+    },
+    KeyDef {
+        name: "num.partitions",
+        default: Some("1"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Partitions of auto-created topics and of CreateTopics requests that give -1.",
+    },
+    KeyDef {
+        name: "default.replication.factor",
+        default: Some("1"),
+        kind: Kind::Int { min: 1, max: 32767 },
+        doc: "Replication factor of auto-created topics.",
+    },
+    KeyDef {
+        name: "auto.create.topics.enable",
+        default: Some("true"),
+        kind: Kind::Bool,
+        doc: "Create a topic when a Metadata request names one that does not exist (and the client allows it).",
+    },
+    KeyDef { name: "delete.topic.enable", default: Some("true"), kind: Kind::Bool, doc: "Allow DeleteTopics." },
+    KeyDef {
+        name: "log.segment.bytes",
+        default: Some("1073741824"),
+        kind: Kind::Int { min: 14, max: I32 },
+        doc: "Roll to a new segment when the active one would pass this size.",
+    },
+    KeyDef {
+        name: "log.roll.ms",
+        default: None,
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "Roll a non-empty segment this old (wall clock since its creation). Defaults to `log.roll.hours`.",
+    },
+    KeyDef {
+        name: "log.roll.hours",
+        default: Some("168"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "`log.roll.ms` in hours.",
+    },
+    KeyDef {
+        name: "log.retention.ms",
+        default: None,
+        kind: Kind::Int { min: -1, max: LONG },
+        doc: "Delete sealed segments whose newest record is older than this; -1 keeps them. Defaults to `log.retention.minutes`, then `log.retention.hours`.",
+    },
+    KeyDef {
+        name: "log.retention.minutes",
+        default: None,
+        kind: Kind::Int { min: -1, max: I32 },
+        doc: "`log.retention.ms` in minutes.",
+    },
+    KeyDef {
+        name: "log.retention.hours",
+        default: Some("168"),
+        kind: Kind::Int { min: -1, max: I32 },
+        doc: "`log.retention.ms` in hours.",
+    },
+    KeyDef {
+        name: "log.retention.bytes",
+        default: Some("-1"),
+        kind: Kind::Int { min: -1, max: LONG },
+        doc: "Delete the oldest sealed segments while a partition is larger than this; -1 for no limit.",
+    },
+    KeyDef {
+        name: "log.retention.check.interval.ms",
+        default: Some("300000"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "How often retention (and time-based rolling) is checked.",
+    },
+    KeyDef {
+        name: "log.index.interval.bytes",
+        default: Some("4096"),
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "Bytes of log between two offset index entries.",
+    },
+    KeyDef {
+        name: "log.index.size.max.bytes",
+        default: Some("10485760"),
+        kind: Kind::Int { min: 12, max: I32 },
+        doc: "Preallocated size of each index file; a full index rolls the segment.",
+    },
+    KeyDef {
+        name: "log.flush.interval.messages",
+        default: Some("9223372036854775807"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "fsync a partition once this many records are unflushed. 1 = fsync before every acknowledgement.",
+    },
+    KeyDef {
+        name: "log.flush.interval.ms",
+        default: None,
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "fsync a partition when its oldest unflushed write is this old. Unset: never by time.",
+    },
+    KeyDef {
+        name: "log.flush.scheduler.interval.ms",
+        default: Some("1000"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "How often `log.flush.interval.ms` is checked, and sealed segments are synced in the background.",
+    },
+    KeyDef {
+        name: "log.flush.offset.checkpoint.interval.ms",
+        default: Some("60000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "How often recovery points, log start offsets and high watermarks are checkpointed.",
+    },
+    KeyDef {
+        name: "log.cleanup.policy",
+        default: Some("delete"),
+        kind: Kind::Choice(CLEANUP),
+        doc: "`delete` (segments past retention are deleted), `compact` (the log cleaner keeps the latest record of every key), or both.",
+    },
+    KeyDef {
+        name: "log.message.timestamp.type",
+        default: Some("CreateTime"),
+        kind: Kind::Choice(TIMESTAMP_TYPES),
+        doc: "Keep producers' timestamps, or stamp batches with the broker's time.",
+    },
+    KeyDef {
+        name: "compression.type",
+        default: Some("producer"),
+        kind: Kind::Choice(COMPRESSION),
+        doc: "`producer` stores batches as sent; any other value recompresses them on append.",
+    },
+    KeyDef {
+        name: "message.max.bytes",
+        default: Some("1048588"),
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "Largest record batch accepted (after recompression).",
+    },
+    KeyDef {
+        name: "log.message.timestamp.after.max.ms",
+        default: Some("3600000"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "CreateTime batches whose newest timestamp is further than this in the future are refused (INVALID_TIMESTAMP).",
+    },
+    KeyDef {
+        name: "log.message.timestamp.before.max.ms",
+        default: Some("9223372036854775807"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "CreateTime batches whose first timestamp is older than this are refused (INVALID_TIMESTAMP).",
+    },
+    KeyDef {
+        name: "log.cleaner.delete.retention.ms",
+        default: Some("86400000"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "How long a tombstone (a null value) is kept in a compacted log after it was written, so consumers can see the delete.",
+    },
+    KeyDef {
+        name: "log.cleaner.min.compaction.lag.ms",
+        default: Some("0"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Segments with records younger than this are not compacted.",
+    },
+    KeyDef {
+        name: "log.cleaner.max.compaction.lag.ms",
+        default: Some("9223372036854775807"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "A compacted log whose uncleaned records are older than this is cleaned whatever its dirty ratio.",
+    },
+    KeyDef {
+        name: "log.cleaner.min.cleanable.ratio",
+        default: Some("0.5"),
+        kind: Kind::Ratio,
+        doc: "A compacted log is cleaned when its uncleaned (dirty) bytes are at least this share of the cleanable part.",
+    },
+    KeyDef {
+        name: "log.cleaner.enable",
+        default: Some("true"),
+        kind: Kind::Bool,
+        doc: "Run the log cleaner (compaction of `cleanup.policy=compact` topics, `__consumer_offsets` among them).",
+    },
+    KeyDef {
+        name: "log.cleaner.backoff.ms",
+        default: Some("15000"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "How often the log cleaner looks for compacted logs to clean.",
+    },
+    KeyDef {
+        name: "log.segment.delete.delay.ms",
+        default: Some("60000"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Accepted and reported; segments are deleted at once (readers keep their open file handle).",
+    },
+    KeyDef {
+        name: "log.preallocate",
+        default: Some("false"),
+        kind: Kind::Bool,
+        doc: "Accepted and reported; segment files are not preallocated (indexes always are).",
+    },
+    KeyDef {
+        name: "log.roll.jitter.ms",
+        default: Some("0"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "Accepted and reported; no jitter is applied to segment.ms yet.",
+    },
+    KeyDef {
+        name: "min.insync.replicas",
+        default: Some("1"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Replicas that must be in sync for an acks=all produce to succeed.",
+    },
+    KeyDef {
+        name: "unclean.leader.election.enable",
+        default: Some("false"),
+        kind: Kind::Bool,
+        doc: "Allow an out-of-sync replica to become leader (used once replication exists).",
+    },
+    KeyDef {
+        name: "producer.id.expiration.ms",
+        default: Some("86400000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Forget an idempotent producer's sequence state this long after its last write.",
+    },
+    KeyDef {
+        name: "group.min.session.timeout.ms",
+        default: Some("6000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "The smallest `session.timeout.ms` a consumer group member may ask for (else INVALID_SESSION_TIMEOUT).",
+    },
+    KeyDef {
+        name: "group.max.session.timeout.ms",
+        default: Some("1800000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "The largest `session.timeout.ms` a consumer group member may ask for (else INVALID_SESSION_TIMEOUT).",
+    },
+    KeyDef {
+        name: "group.initial.rebalance.delay.ms",
+        default: Some("3000"),
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "How long the first rebalance of an empty group waits for more members, extended by the same delay while members keep arriving (up to the rebalance timeout).",
+    },
+    KeyDef {
+        name: "group.max.size",
+        default: Some("2147483647"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "The most members a consumer group may have (else GROUP_MAX_SIZE_REACHED).",
+    },
+    KeyDef {
+        name: "group.coordinator.rebalance.protocols",
+        default: Some("classic,consumer"),
+        kind: Kind::Names,
+        doc: "Group protocols the coordinator serves: `classic` (JoinGroup/SyncGroup) and `consumer` (KIP-848 ConsumerGroupHeartbeat, advertised only when listed). `classic` is required.",
+    },
+    KeyDef {
+        name: "group.consumer.session.timeout.ms",
+        default: Some("45000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Consumer protocol (KIP-848) groups: a member that has not heartbeated for this long is removed and its partitions reassigned.",
+    },
+    KeyDef {
+        name: "group.consumer.min.session.timeout.ms",
+        default: Some("45000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Lower bound of `group.consumer.session.timeout.ms`.",
+    },
+    KeyDef {
+        name: "group.consumer.max.session.timeout.ms",
+        default: Some("60000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Upper bound of `group.consumer.session.timeout.ms`.",
+    },
+    KeyDef {
+        name: "group.consumer.heartbeat.interval.ms",
+        default: Some("5000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Consumer protocol groups: the heartbeat interval the coordinator gives its members. Members learn of a new assignment at their next heartbeat, so this bounds how fast a rebalance reaches them.",
+    },
+    KeyDef {
+        name: "group.consumer.min.heartbeat.interval.ms",
+        default: Some("5000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Lower bound of `group.consumer.heartbeat.interval.ms`.",
+    },
+    KeyDef {
+        name: "group.consumer.max.heartbeat.interval.ms",
+        default: Some("15000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Upper bound of `group.consumer.heartbeat.interval.ms`.",
+    },
+    KeyDef {
+        name: "group.consumer.max.size",
+        default: Some("2147483647"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "The most members a consumer protocol group may have (else GROUP_MAX_SIZE_REACHED).",
+    },
+    KeyDef {
+        name: "group.consumer.assignors",
+        default: Some("uniform,range"),
+        kind: Kind::Names,
+        doc: "Server-side assignors for consumer protocol groups, from `uniform` (balanced and sticky) and `range` (co-partitioned ranges); the first is the default. A member naming another gets UNSUPPORTED_ASSIGNOR.",
+    },
+    KeyDef {
+        name: "offsets.topic.num.partitions",
+        default: Some("50"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Partitions of `__consumer_offsets`, created on the first FindCoordinator. A group's coordinator is the leader of partition `abs(hash(group.id)) % partitions`; do not change it once the topic exists.",
+    },
+    KeyDef {
+        name: "offsets.topic.replication.factor",
+        default: Some("1"),
+        kind: Kind::Int { min: 1, max: 32767 },
+        doc: "Replication factor of `__consumer_offsets`. Apache Kafka defaults to 3; Oxbow defaults to 1 so that one node works with no setup. With fewer registered brokers, the topic is not created and group coordinators stay unavailable.",
+    },
+    KeyDef {
+        name: "offsets.topic.segment.bytes",
+        default: Some("104857600"),
+        kind: Kind::Int { min: 14, max: I32 },
+        doc: "Segment size of `__consumer_offsets`.",
+    },
+    KeyDef {
+        name: "offsets.retention.minutes",
+        default: Some("10080"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Committed offsets of a group that has been empty this long are deleted (for a group that never had members: this long after the commit).",
+    },
+    KeyDef {
+        name: "offsets.retention.check.interval.ms",
+        default: Some("600000"),
+        kind: Kind::Int { min: 1, max: LONG },
+        doc: "How often expired offsets are looked for.",
+    },
+    KeyDef {
+        name: "offset.metadata.max.bytes",
+        default: Some("4096"),
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "The largest metadata string an offset commit may carry (else OFFSET_METADATA_TOO_LARGE).",
+    },
+    KeyDef {
+        name: "offsets.commit.timeout.ms",
+        default: Some("5000"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "How long an offset commit waits for `__consumer_offsets`' in-sync replicas before it fails with REQUEST_TIMED_OUT.",
+    },
+    KeyDef {
+        name: "socket.request.max.bytes",
+        default: Some("104857600"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Largest request frame; larger frames close the connection before any allocation.",
+    },
+    KeyDef {
+        name: "queued.max.requests",
+        default: Some("500"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Requests being processed across all connections; readers wait beyond this.",
+    },
+    KeyDef {
+        name: "queued.max.request.bytes",
+        default: Some("536870912"),
+        kind: Kind::Int { min: -1, max: LONG },
+        doc: "Bytes of requests being processed across all connections; readers wait beyond this; -1: no limit. Oxbow's default (512 MiB) bounds memory where Kafka's (-1) does not.",
+    },
+    KeyDef {
+        name: "max.connections",
+        default: Some("2147483647"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Open client connections; further connections are closed at accept.",
+    },
+    KeyDef {
+        name: "oxbow.max.inflight.requests.per.connection",
+        default: Some("32"),
+        kind: Kind::Int { min: 1, max: 1024 },
+        doc: "Pipelined requests read from one connection before its responses are written (answers stay in order).",
+    },
+    KeyDef {
+        name: "oxbow.shutdown.timeout.ms",
+        default: Some("30000"),
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "How long a clean shutdown waits for in-flight requests before closing connections.",
+    },
+    KeyDef {
+        name: "oxbow.http.listener",
+        default: Some(""),
+        kind: Kind::SocketAddr,
+        doc: "Address of the HTTP health endpoints: GET /livez (200 while the process serves HTTP) and GET /readyz (200 once the log is recovered and the Kafka listener accepts connections, 503 while starting or shutting down). Empty: no HTTP listener. The Kubernetes operator sets 0.0.0.0:8080.",
+    },
+];
+
+/// Keys that are another key's synonym.
+pub(super) const SYNONYMS: &[(&str, &str)] = &[("broker.id", "node.id"), ("log.dir", "log.dirs")];
+
+pub fn key_def(name: &str) -> Option<&'static KeyDef> {
+    KEYS.iter().find(|k| k.name == name)
+}

@@ -1,0 +1,105 @@
+//! The controller client: how this broker has the active controller change the metadata. A
+//! command goes to the quorum (forwarded to its leader wherever that is), and the answer comes
+//! back once this broker has applied the committed result, so a handler that creates a topic
+//! finds it in the metadata view right after. Also this broker's registration epoch and the
+//! block of producer ids it hands out.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use oxbow_meta::{Command, MetadataImage, Quorum, Reply};
+use tokio::sync::watch;
+
+use crate::errors::BrokerError;
+
+/// How long an admin operation waits for the active controller, then for this broker to apply
+/// the result.
+pub const CONTROLLER_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct ControllerClient {
+    node_id: i32,
+    quorum: OnceLock<Quorum>,
+    /// The metadata version this broker has applied (from the metadata view).
+    applied: watch::Receiver<u64>,
+    /// This broker's registration epoch (-1: not registered yet).
+    epoch: AtomicI64,
+    /// The producer id block being handed out: next id, end (exclusive).
+    producer_ids: tokio::sync::Mutex<(i64, i64)>,
+}
+
+impl ControllerClient {
+    pub fn new(node_id: i32, applied: watch::Receiver<u64>) -> Self {
+        Self {
+            node_id,
+            quorum: OnceLock::new(),
+            applied,
+            epoch: AtomicI64::new(-1),
+            producer_ids: tokio::sync::Mutex::new((0, 0)),
+        }
+    }
+
+    /// Attaches the metadata quorum (once, at startup).
+    pub fn set_quorum(&self, q: Quorum) {
+        let _ = self.quorum.set(q);
+    }
+
+    pub fn quorum(&self) -> Option<&Quorum> {
+        self.quorum.get()
+    }
+
+    /// The active controller as clients should see it: the quorum leader when it is an active
+    /// broker clients can reach; else (no leader known, or it is fenced) any active broker, as
+    /// Kafka's KRaft brokers answer, so that admin requests go somewhere that forwards them.
+    pub fn controller_id(&self, image: &MetadataImage) -> i32 {
+        match self.quorum().and_then(Quorum::leader) {
+            Some(l) if image.is_active(l) => l,
+            _ => image.active_brokers().next().map_or(-1, |b| b.node_id),
+        }
+    }
+
+    pub fn broker_epoch(&self) -> i64 {
+        self.epoch.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_broker_epoch(&self, epoch: i64) {
+        self.epoch.store(epoch, Ordering::Relaxed);
+    }
+
+    /// Runs `cmd` on the active controller and waits until this broker has applied its result.
+    pub async fn execute(&self, cmd: Command) -> Result<Reply, BrokerError> {
+        let q = self.quorum().ok_or_else(|| BrokerError::NotController("metadata quorum not started".into()))?;
+        // The whole exchange is bounded: a leader cut off from its quorum never commits.
+        let (version, reply) = tokio::time::timeout(CONTROLLER_TIMEOUT, q.execute(cmd, CONTROLLER_TIMEOUT))
+            .await
+            .map_err(|_| BrokerError::TimedOut("the metadata quorum did not commit in time".into()))?
+            .map_err(BrokerError::from)?;
+        if !self.wait_applied(version, CONTROLLER_TIMEOUT).await {
+            return Err(BrokerError::TimedOut(format!(
+                "the change was committed (metadata version {version}) but this broker has not applied it yet"
+            )));
+        }
+        Ok(reply)
+    }
+
+    /// Waits until this broker reflects metadata version `version`; false on timeout.
+    pub async fn wait_applied(&self, version: u64, timeout: Duration) -> bool {
+        let mut rx = self.applied.clone();
+        tokio::time::timeout(timeout, rx.wait_for(|v| *v >= version)).await.is_ok_and(|r| r.is_ok())
+    }
+
+    /// A producer id never handed out before in the cluster: from this broker's current block,
+    /// or a new block from the active controller.
+    pub async fn next_producer_id(&self) -> Result<i64, BrokerError> {
+        let mut block = self.producer_ids.lock().await;
+        if block.0 >= block.1 {
+            match self.execute(Command::AllocateProducerIds { node_id: self.node_id }).await? {
+                Reply::ProducerIds { start, len } => *block = (start, start + len),
+                other => return Err(BrokerError::unexpected_reply(&other)),
+            }
+        }
+        let id = block.0;
+        block.0 += 1;
+        Ok(id)
+    }
+}
