@@ -27,6 +27,7 @@ use oxbow_log::batch::{BatchIter, encode_plain, validate_produce};
 use oxbow_protocol::records::{Compression, RecordBatchDecoder};
 use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard, oneshot};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::clock::now_ms;
 use crate::config::GroupSettings;
@@ -93,6 +94,8 @@ pub struct Coordinator {
     loading: AsyncMutex<()>,
     /// The topics consumer protocol groups subscribe to, built once per metadata image.
     catalog: parking_lot::Mutex<(u64, Arc<Catalog>)>,
+    /// The group operations running as their own tasks ([`Self::detached`]).
+    tasks: TaskTracker,
 }
 
 impl Coordinator {
@@ -104,7 +107,30 @@ impl Coordinator {
             wake: Notify::new(),
             loading: AsyncMutex::new(()),
             catalog: parking_lot::Mutex::new((u64::MAX, Arc::new(Catalog::default()))),
+            tasks: TaskTracker::new(),
         }
+    }
+
+    /// Runs `f` as its own task and waits for it: a coordinator operation must finish (append,
+    /// then apply; store, then answer the parked members) even if the client that asked hangs
+    /// up and its request future is dropped. The task is the coordinator's: [`Self::shutdown`]
+    /// waits for it.
+    pub async fn detached<T: Send + 'static>(
+        &self,
+        f: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Option<T> {
+        self.tasks.spawn(f).await.ok()
+    }
+
+    /// At shutdown, once no request is read any more: unloads every shard (parked JoinGroup and
+    /// SyncGroup requests answer NOT_COORDINATOR) and waits for the operations still running.
+    pub async fn shutdown(&self) {
+        let all: Vec<Arc<Slot>> = self.slots.lock().drain().map(|(_, s)| s).collect();
+        for s in all {
+            self.unload(s).await;
+        }
+        self.tasks.close();
+        self.tasks.wait().await;
     }
 
     /// `group.consumer.*`
@@ -726,13 +752,6 @@ impl Coordinator {
         let leader = usize::try_from(index).ok().and_then(|i| topic.states.get(i)).map_or(-1, |s| s.leader);
         (leader, index)
     }
-}
-
-/// Runs `f` as its own task and waits for it: a coordinator operation must finish (append,
-/// then apply; store, then answer the parked members) even if the client that asked hangs up
-/// and its request future is dropped.
-pub async fn detached<T: Send + 'static>(f: impl std::future::Future<Output = T> + Send + 'static) -> Option<T> {
-    tokio::spawn(f).await.ok()
 }
 
 /// Kafka's coordinator errors for a failed append to `__consumer_offsets`.

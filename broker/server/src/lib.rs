@@ -198,6 +198,7 @@ impl Server {
         network::run(self.listener, self.broker.clone(), shutdown).await;
         tracing::info!("shutting down: listener closed, requests drained");
         startup::controlled_shutdown(&self.broker).await;
+        self.broker.groups.shutdown().await;
         token.cancel();
         while jobs.join_next().await.is_some() {}
         self.meta_stop.cancel();

@@ -19,7 +19,6 @@ use oxbow_protocol::messages::{
 
 use super::Ctx;
 use super::util::{OPERATIONS_NOT_REQUESTED, s};
-use crate::coordinator::detached;
 use crate::errors::BrokerError;
 
 /// Kafka's "all group operations" bitfield (READ, DELETE, DESCRIBE) for authorized operations.
@@ -100,7 +99,9 @@ pub async fn join_group(ctx: &Ctx<'_>, req: JoinGroupRequest) -> JoinGroupRespon
         supports_skip_assignment: ctx.version >= 9,
     };
     let (bb, g) = (b.clone(), group.clone());
-    let r = detached(async move { bb.groups.join(&bb.view, &g, join).await })
+    let r = b
+        .groups
+        .detached(async move { bb.groups.join(&bb.view, &g, join).await })
         .await
         .unwrap_or_else(|| JoinResponse::error(GroupError::UnknownServerError, ""));
     if r.error.is_some_and(|e| e != GroupError::MemberIdRequired) {
@@ -150,7 +151,9 @@ pub async fn sync_group(ctx: &Ctx<'_>, req: SyncGroupRequest) -> SyncGroupRespon
         assignments: req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect(),
     };
     let (bb, g) = (b.clone(), group.clone());
-    let r = detached(async move { bb.groups.sync(&bb.view, &g, sync).await })
+    let r = b
+        .groups
+        .detached(async move { bb.groups.sync(&bb.view, &g, sync).await })
         .await
         .unwrap_or_else(|| SyncResponse::error(GroupError::UnknownServerError));
     let mut resp = SyncGroupResponse::default();
@@ -184,7 +187,9 @@ pub async fn leave_group(ctx: &Ctx<'_>, req: LeaveGroupRequest) -> LeaveGroupRes
         vec![(req.member_id.to_string(), None)]
     };
     let (bb, g, m) = (b.clone(), req.group_id.0.to_string(), members.clone());
-    let result = detached(async move { bb.groups.leave(&bb.view, &g, &m).await })
+    let result = b
+        .groups
+        .detached(async move { bb.groups.leave(&bb.view, &g, &m).await })
         .await
         .unwrap_or(Err(GroupError::UnknownServerError));
     // A group-level error answers for every member too.
@@ -297,7 +302,7 @@ pub async fn delete_groups(ctx: &Ctx<'_>, req: DeleteGroupsRequest) -> DeleteGro
         let mut r = DeletableGroupResult::default();
         r.group_id = id.clone();
         let (bb, g) = (b.clone(), id.0.to_string());
-        let e = detached(async move { bb.groups.delete_group(&bb.view, &g).await }).await;
+        let e = b.groups.detached(async move { bb.groups.delete_group(&bb.view, &g).await }).await;
         r.error_code = answer_code(&e.unwrap_or(Err(GroupError::UnknownServerError)));
         resp.results.push(r);
     }

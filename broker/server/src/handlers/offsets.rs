@@ -17,7 +17,7 @@ use oxbow_protocol::messages::{
 
 use super::Ctx;
 use super::util::s;
-use crate::coordinator::{CommitEntry, Committer, detached};
+use crate::coordinator::{CommitEntry, Committer};
 use crate::errors::BrokerError;
 
 /// Whether `topic` has partition `p` in this broker's metadata.
@@ -67,7 +67,9 @@ pub async fn offset_commit(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCom
         api_version: ctx.version,
     };
     let (bb, group) = (b.clone(), req.group_id.0.to_string());
-    let result = detached(async move { bb.groups.commit(&bb.view, &group, &by, entries).await })
+    let result = b
+        .groups
+        .detached(async move { bb.groups.commit(&bb.view, &group, &by, entries).await })
         .await
         .unwrap_or(Err(GroupError::UnknownServerError));
     if let Err(e) = result {
@@ -193,7 +195,9 @@ pub async fn offset_delete(ctx: &Ctx<'_>, req: OffsetDeleteRequest) -> OffsetDel
         resp.topics.push(rt);
     }
     let (bb, group) = (b.clone(), req.group_id.0.to_string());
-    let deleted = detached(async move { bb.groups.delete_offsets(&bb.view, &group, &asked).await })
+    let deleted = b
+        .groups
+        .detached(async move { bb.groups.delete_offsets(&bb.view, &group, &asked).await })
         .await
         .unwrap_or(Err(GroupError::UnknownServerError));
     match deleted {
