@@ -287,3 +287,84 @@ def test_consumer_offsets_is_compacted_and_reloads(broker_factory):
     stored = d.committed([TopicPartition(topic, 0)], timeout=30)
     d.close()
     assert stored[0].offset == 299
+
+
+STATIC_RUNS = 20
+
+
+def test_static_members_subscribing_together_get_one_assignment_each(broker_factory):
+    """Two static members (group.instance.id) subscribe to a new group at the same moment, with
+    group.initial.rebalance.delay.ms=0, STATIC_RUNS times. A generation that holds both members
+    is final: no run rebalances it again, so at most one member is revoked, and only when it was
+    alone in the first generation (the other's join arrived after that generation's assignment).
+
+    With no initial delay, a join that arrives after the first member's assignment takes effect
+    later in both Oxbow and Kafka; Kafka 4.1.1 shows such a run 2 to 3 times in 20 here
+    (docs/compatibility.md). The count of runs with none is printed."""
+    broker = broker_factory({"group.initial.rebalance.delay.ms": "0"})
+    topic = "rd-static-together"
+    create_topic(broker, topic, PARTITIONS)
+    failures, clean = [], 0
+    for run in range(STATIC_RUNS):
+        group = f"rd-static-{run}"
+        events: dict[str, list[tuple[str, list[int]]]] = {"a": [], "b": []}
+
+        def callbacks(name):
+            def on_assign(consumer, partitions):
+                events[name].append(("assign", sorted(p.partition for p in partitions)))
+
+            def on_revoke(consumer, partitions):
+                events[name].append(("revoke", sorted(p.partition for p in partitions)))
+
+            return {"on_assign": on_assign, "on_revoke": on_revoke}
+
+        members = {n: group_consumer(broker, group, **{"group.instance.id": f"{group}-{n}"}) for n in ("a", "b")}
+        for n, c in members.items():
+            c.subscribe([topic], **callbacks(n))
+
+        def settled() -> bool:
+            for c in members.values():
+                c.poll(0.05)
+            owned = [set(c.assignment() and [tp.partition for tp in c.assignment()]) for c in members.values()]
+            return all(owned) and not (owned[0] & owned[1]) and owned[0] | owned[1] == set(range(PARTITIONS))
+
+        wait_until(settled, 60, f"run {run}: both members assigned, partitions shared")
+        # What happened up to here (closing revokes everything).
+        seen = {n: list(e) for n, e in events.items()}
+        for c in members.values():
+            c.close()
+        assigns = {n: [p for kind, p in e if kind == "assign"] for n, e in seen.items()}
+        revoked = [n for n, e in seen.items() if any(kind == "revoke" and p for kind, p in e)]
+        if not revoked and all(len(a) == 1 for a in assigns.values()):
+            clean += 1
+        elif len(revoked) > 1 or any(len(a) > 2 for a in assigns.values()) or any(
+            assigns[n][0] != list(range(PARTITIONS)) or len(assigns[n]) != 2 for n in revoked
+        ):
+            failures.append((run, seen))
+    print(f"static members joining together: {clean} of {STATIC_RUNS} runs with one assignment each, no revoke")
+    assert not failures, f"a generation holding both members was rebalanced again: {failures}"
+
+
+def test_async_commits_after_every_message_leave_the_last_committed(broker):
+    """A consumer committing asynchronously after each message (many commits in flight on one
+    connection) then reading committed() gets the last commit: commits take effect in order."""
+    topic = "rd-async-commits"
+    create_topic(broker, topic, 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in range(200):
+        p.produce(topic, value=f"v{i}".encode(), partition=0)
+    assert p.flush(30) == 0
+    c = group_consumer(broker, "rd-async-commits")
+    c.subscribe([topic])
+    seen = 0
+    deadline = time.monotonic() + 60
+    while seen < 200 and time.monotonic() < deadline:
+        m = c.poll(0.1)
+        if m is None or m.error():
+            continue
+        seen += 1
+        c.commit(message=m, asynchronous=True)
+    assert seen == 200
+    committed = c.committed([TopicPartition(topic, 0)], timeout=10)
+    c.close()
+    assert committed[0].offset == 200, committed

@@ -179,3 +179,13 @@ def test_clean_shutdown_writes_marker_and_keeps_data(broker_factory):
     assert markers, f"no {CLEAN_SHUTDOWN_MARKER} under {broker.data_dir} after SIGTERM"
     broker.start()
     assert_serves_exactly(broker, 200, base_ts)
+
+
+def test_a_fresh_single_node_start_logs_no_error(broker):
+    """A new user's first screen holds no false error: a fresh single node becomes its own active
+    controller and serves without an ERROR line (it once logged "no controller known" first)."""
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce("fresh-start", value=b"x")
+    assert p.flush(30) == 0
+    errors = [line for line in broker.log_path.read_text(errors="replace").splitlines() if " ERROR " in line]
+    assert not errors, errors

@@ -58,8 +58,6 @@ pub struct Catalog {
     /// it (or a subscription) changes.
     pub version: u64,
     pub topics: BTreeMap<String, TopicInfo>,
-    /// Internal topics: subscribable by name, never matched by a regex.
-    pub internal: BTreeSet<String>,
 }
 
 impl Catalog {
@@ -217,8 +215,6 @@ pub struct ConsumerGroup {
     metadata_hash: i64,
     /// The catalog version `subscribed` was resolved at.
     resolved_version: Option<u64>,
-    /// Internal topics of the last catalog (never matched by a regex).
-    internal: BTreeSet<String>,
     assignor: Assignor,
     state_since: i64,
 }
@@ -235,7 +231,6 @@ impl ConsumerGroup {
             subscribed: Some(BTreeMap::new()),
             metadata_hash: metadata_hash(&BTreeMap::new()),
             resolved_version: None,
-            internal: BTreeSet::new(),
             assignor: cfg.assignors.first().copied().unwrap_or(Assignor::Uniform),
             state_since: now,
         }
@@ -494,8 +489,7 @@ impl ConsumerGroup {
         // What the others subscribe to can only shrink: resolve against what was subscribed.
         // Right after loading that is unknown: the next heartbeat computes the target.
         if let Some(known) = self.subscribed.clone() {
-            let internal = self.internal.clone();
-            self.refresh_subscriptions(&Catalog { version: 0, topics: known, internal });
+            self.refresh_subscriptions(&Catalog { version: 0, topics: known });
             self.compute_target(cfg);
         }
     }
@@ -557,7 +551,6 @@ impl ConsumerGroup {
         // changes the target as a subscription change does. Resolved again only when the
         // metadata image or a subscription changed.
         if bump || self.resolved_version != Some(catalog.version) {
-            self.internal.clone_from(&catalog.internal);
             bump |= self.refresh_subscriptions(catalog);
             self.resolved_version = Some(catalog.version);
         }
@@ -728,7 +721,7 @@ impl ConsumerGroup {
     fn compute_target(&mut self, cfg: &ConsumerConfig) {
         self.assignor = self.preferred_assignor(cfg);
         let topics = self.subscribed.clone().unwrap_or_default();
-        let catalog = Catalog { version: 0, topics, internal: self.internal.clone() };
+        let catalog = Catalog { version: 0, topics };
         let subs: BTreeMap<String, BTreeSet<String>> =
             self.members.values().map(|m| (m.id.clone(), resolve(m, &catalog).into_keys().collect())).collect();
         self.target = self.assignor.assign(&subs, &catalog.topics, &self.target);
@@ -896,7 +889,9 @@ fn heartbeat_interval(state: MemberState, interval: i32) -> i32 {
 /// The shortest heartbeat interval given to a member waiting for released partitions.
 pub const HANDOFF_INTERVAL_MIN_MS: i32 = 50;
 
-/// A member's subscribed topics that exist: by name, and by regex (internal topics excluded).
+/// A member's subscribed topics that exist: by name, and by regex. A regex is matched against
+/// every topic, internal ones included, as Kafka 4.x's coordinator resolves it
+/// (`GroupMetadataManager.refreshRegularExpressions` scans every topic of the image).
 fn resolve(m: &ConsumerMember, catalog: &Catalog) -> BTreeMap<String, TopicInfo> {
     let mut out = BTreeMap::new();
     for n in &m.subscribed_topic_names {
@@ -906,7 +901,7 @@ fn resolve(m: &ConsumerMember, catalog: &Catalog) -> BTreeMap<String, TopicInfo>
     }
     if let Some(re) = &m.regex {
         for (n, t) in &catalog.topics {
-            if !catalog.internal.contains(n) && re.is_match(n) {
+            if re.is_match(n) {
                 out.insert(n.clone(), *t);
             }
         }

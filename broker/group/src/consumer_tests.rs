@@ -12,7 +12,6 @@ fn catalog(partitions: i32) -> Catalog {
     Catalog {
         version: u64::try_from(partitions).unwrap_or(0),
         topics: BTreeMap::from([("t".to_string(), TopicInfo { id: T, partitions })]),
-        internal: BTreeSet::new(),
     }
 }
 
@@ -249,16 +248,18 @@ fn new_partitions_and_regex_subscriptions_start_a_new_epoch() {
     let r = g.hb(beat("a", 1, None));
     assert_eq!(r.member_epoch, 2);
     assert_eq!(r.assignment, Some(parts(&[0, 1, 2, 3, 4, 5])));
-    // A regex subscriber sees matching topics, never internal ones.
+    // A regex subscriber sees every matching topic, internal ones included (as Kafka 4.x).
     g.cat.version += 1;
     g.cat.topics.insert("t2".into(), TopicInfo { id: Uuid::from_u128(9), partitions: 1 });
     g.cat.topics.insert("__consumer_offsets".into(), TopicInfo { id: Uuid::from_u128(10), partitions: 1 });
-    g.cat.internal.insert("__consumer_offsets".into());
     let mut r = join("r");
     r.subscribed_topic_names = None;
     r.subscribed_topic_regex = Some("t2|__.*".into());
     let r = g.hb(r);
-    assert_eq!(r.assignment, Some(Assignment::from([(Uuid::from_u128(9), BTreeSet::from([0]))])));
+    assert_eq!(
+        r.assignment,
+        Some(Assignment::from([(Uuid::from_u128(9), BTreeSet::from([0])), (Uuid::from_u128(10), BTreeSet::from([0]))]))
+    );
 }
 
 #[test]

@@ -655,7 +655,6 @@ mod tests {
         let catalog = Catalog {
             version: 1,
             topics: [("t".to_string(), TopicInfo { id: topic, partitions: 4 })].into_iter().collect(),
-            internal: Default::default(),
         };
         let join = |m: &str| HeartbeatRequest {
             member_id: m.into(),

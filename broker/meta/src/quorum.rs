@@ -758,6 +758,15 @@ impl Quorum {
             // again if it is the only one (a single-voter quorum that is not up yet).
             let next = self.leader().filter(|l| Some(*l) != tried).or_else(|| self.any_voter(&tried));
             let Some(node) = next.or_else(|| self.any_voter(&None)) else {
+                if self.is_controller() {
+                    // A controller with no other voter to follow: its own quorum is forming (a
+                    // single voter is a member once initialised), so there is nothing to follow
+                    // yet and nothing wrong.
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                    }
+                }
                 tracing::error!(
                     "no controller known: set controller.quorum.voters or controller.quorum.bootstrap.servers"
                 );

@@ -156,8 +156,7 @@ impl Coordinator {
                     (t.name.clone(), TopicInfo { id: t.id, partitions })
                 })
                 .collect();
-            let internal = [OFFSETS_TOPIC, "__transaction_state"].iter().map(|t| t.to_string()).collect();
-            *c = (image.version, Arc::new(Catalog { version: image.version, topics, internal }));
+            *c = (image.version, Arc::new(Catalog { version: image.version, topics }));
         }
         c.1.clone()
     }

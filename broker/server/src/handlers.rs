@@ -39,13 +39,36 @@ pub struct Ctx<'a> {
     pub header: &'a RequestHeader,
     /// The client's address (group members' `client_host`).
     pub peer: std::net::SocketAddr,
+    /// Lets the connection start its next request (see [`Applied`]).
+    pub applied: Applied,
 }
 
-/// Handles one request frame. `Ok(None)`: no response (acks=0 produce).
+/// The point after which a request's effects are in place, so the connection may start the next
+/// request. Dropping it (the request finished) is the same as firing it; a handler that waits
+/// after applying its effects (acks=all, a long poll) fires it before the wait.
+pub struct Applied(std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>);
+
+impl Applied {
+    pub fn new(signal: tokio::sync::oneshot::Sender<()>) -> Self {
+        Self(std::sync::Mutex::new(Some(signal)))
+    }
+
+    /// Fires the signal (once; later calls do nothing).
+    pub fn fire(&self) {
+        let taken = self.0.lock().map(|mut s| s.take()).unwrap_or(None);
+        if let Some(s) = taken {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// Handles one request frame. `Ok(None)`: no response (acks=0 produce). `applied` fires when the
+/// request's effects are in place (at the latest when this returns).
 pub async fn dispatch(
     broker: &Arc<Broker>,
     frame: Bytes,
     peer: std::net::SocketAddr,
+    applied: tokio::sync::oneshot::Sender<()>,
 ) -> Result<Option<BytesMut>, ConnError> {
     let peek = peek_header(&frame)?;
     let Ok(api) = ApiKey::try_from(peek.api_key) else {
@@ -67,7 +90,7 @@ pub async fn dispatch(
     let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
     let span = tracing::debug_span!("request", api = ?api, version = v, correlation_id = peek.correlation_id, client_id = %client_id);
     let corr = peek.correlation_id;
-    let ctx = Ctx { broker, version: v, header: &header, peer };
+    let ctx = Ctx { broker, version: v, header: &header, peer, applied: Applied::new(applied) };
     macro_rules! answer {
         ($fut:expr) => {{
             let resp = $fut.await;

@@ -1,6 +1,12 @@
 //! The TCP server: one task per connection, requests pipelined up to a bound and answered in
 //! order, with global bounds on connections, in-flight requests and in-flight bytes.
 //!
+//! Requests of one connection take effect in order, as in Kafka (which handles one request of a
+//! connection at a time): a request starts only once the one before it has applied its effects.
+//! A request that then waits (produce acks=all on its replicas, a fetch's long poll) signals that
+//! point early, so the next request starts during the wait; every other request applies its
+//! effects by finishing.
+//!
 //! A frame whose size is out of bounds, that does not parse as a request header, or that names
 //! an unknown API or unsupported version (other than ApiVersions) closes that connection only.
 
@@ -14,7 +20,7 @@ use futures_util::stream::FuturesOrdered;
 use oxbow_protocol::frame;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -149,20 +155,30 @@ async fn connection(
     let (tx, mut rx) = mpsc::channel::<Frame>(max_inflight);
     let reader = tokio::spawn(read_frames(rd, tx, limits, broker.config.socket_request_max_bytes, token));
     let mut pending = FuturesOrdered::new();
+    // The request whose effects are not yet applied: the next one starts when it signals
+    // (see `handlers::Applied`), so requests of one connection take effect in order while their
+    // waits (replication, long polls) overlap and their answers stay pipelined.
+    let mut applying: Option<oneshot::Receiver<()>> = None;
     let mut reading = true;
     let result = loop {
         tokio::select! {
-            f = rx.recv(), if reading && pending.len() < max_inflight => match f {
+            f = rx.recv(), if reading && applying.is_none() && pending.len() < max_inflight => match f {
                 Some(f) => {
                     let broker = broker.clone();
+                    let (applied, signal) = oneshot::channel();
+                    applying = Some(signal);
                     pending.push_back(async move {
-                        let r = handlers::dispatch(&broker, f.body, peer).await;
+                        let r = handlers::dispatch(&broker, f.body, peer, applied).await;
                         drop(f._permits);
                         r
                     });
                 }
                 None => reading = false,
             },
+            // Fired, or dropped when the request finished without firing it.
+            _ = async { if let Some(s) = applying.as_mut() { let _ = s.await; } }, if applying.is_some() => {
+                applying = None;
+            }
             Some(r) = pending.next(), if !pending.is_empty() => match r {
                 Ok(Some(resp)) => {
                     if let Err(e) = wr.write_all(&resp).await {

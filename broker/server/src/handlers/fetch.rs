@@ -216,6 +216,9 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
         if done || tokio::time::Instant::now() >= deadline {
             return answer(ctx, resp, pass);
         }
+        // A follower's fetch offset is applied (its log end on this leader); a long poll has no
+        // further effect, so the connection's next request may start during the wait.
+        ctx.applied.fire();
         let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
         if tokio::time::timeout_at(deadline, changed).await.is_err() {
             // Timed out: answer with what there is now (possibly data that arrived at the edge).

@@ -118,6 +118,8 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
     if acks == 0 {
         return None;
     }
+    // Every append is done: the connection's next request may start while this one waits.
+    ctx.applied.fire();
     // acks=all: wait until the ISR has every write (immediate with one replica). The request's
     // timeout is one deadline for all its partitions, as in Kafka's produce purgatory.
     let deadline = Instant::now() + Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));

@@ -62,4 +62,29 @@ class ConsumerProtocolGroupTest extends ConsumerGroupTest {
             closeAll(ms);
         }
     }
+
+    /**
+     * A regex subscription resolved by the broker (KIP-848 SubscriptionPattern) matches internal
+     * topics too: Kafka 4.x's coordinator scans every topic of its image, and franz-go relies on
+     * it. Here the regex names __consumer_offsets and gets every partition of it.
+     */
+    @Test
+    void regexSubscriptionNamingAnInternalTopicGetsItAssigned(OxbowBroker broker) throws Exception {
+        Map<String, Object> cfg = new HashMap<>();
+        cfg.put("group.id", "regex-internal");
+        cfg.put("group.protocol", "consumer");
+        try (var c = broker.consumer(cfg); var admin = broker.admin()) {
+            c.subscribe(new org.apache.kafka.clients.consumer.SubscriptionPattern("__consumer_offsets"));
+            long deadline = System.currentTimeMillis() + 60_000;
+            while (c.assignment().isEmpty() && System.currentTimeMillis() < deadline) {
+                c.poll(java.time.Duration.ofMillis(200));
+            }
+            int partitions = Kit.get(admin.describeTopics(List.of("__consumer_offsets")).allTopicNames())
+                    .get("__consumer_offsets").partitions().size();
+            Set<String> got = new java.util.TreeSet<>();
+            c.assignment().forEach(tp -> got.add(tp.topic()));
+            assertEquals(Set.of("__consumer_offsets"), got, "assigned: " + c.assignment());
+            assertEquals(partitions, c.assignment().size(), "every partition of __consumer_offsets");
+        }
+    }
 }

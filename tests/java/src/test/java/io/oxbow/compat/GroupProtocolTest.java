@@ -68,7 +68,7 @@ class GroupProtocolTest {
     }
 
     /** FindCoordinator until the coordinator is ready (Kafka creates __consumer_offsets first). */
-    private static void findCoordinator(RawKafkaClient raw, OxbowBroker broker, String group) throws Exception {
+    static void findCoordinator(RawKafkaClient raw, OxbowBroker broker, String group) throws Exception {
         short v = raw.negotiate(ApiKeys.FIND_COORDINATOR);
         long deadline = System.currentTimeMillis() + 60_000;
         while (true) {

@@ -86,6 +86,47 @@ public final class RawKafkaClient implements AutoCloseable {
         return (R) AbstractResponse.parseResponse(ByteBuffer.wrap(resp), header);
     }
 
+    /**
+     * Writes every request (each at its version) back to back on this connection from another
+     * thread, without waiting for any answer, and reads the answers in order: what a client with
+     * many requests in flight does.
+     */
+    public java.util.List<AbstractResponse> pipeline(java.util.List<AbstractRequest.Builder<?>> builders,
+            java.util.List<Short> versions) throws Exception {
+        java.util.List<RequestHeader> headers = new java.util.ArrayList<>();
+        java.io.ByteArrayOutputStream all = new java.io.ByteArrayOutputStream();
+        DataOutputStream frames = new DataOutputStream(all);
+        for (int i = 0; i < builders.size(); i++) {
+            AbstractRequest.Builder<?> b = builders.get(i);
+            short v = versions.get(i);
+            RequestHeader header = new RequestHeader(b.apiKey(), v, "oxbow-compat-raw", ++correlationId);
+            ByteBuffer req = b.build(v).serializeWithHeader(header);
+            byte[] bytes = new byte[req.remaining()];
+            req.get(bytes);
+            frames.writeInt(bytes.length);
+            frames.write(bytes);
+            headers.add(header);
+        }
+        byte[] payload = all.toByteArray();
+        java.util.concurrent.CompletableFuture<Void> written = java.util.concurrent.CompletableFuture.runAsync(() -> {
+            try {
+                out.write(payload);
+                out.flush();
+            } catch (IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        });
+        java.util.List<AbstractResponse> responses = new java.util.ArrayList<>();
+        for (RequestHeader header : headers) {
+            int len = in.readInt();
+            byte[] resp = new byte[len];
+            in.readFully(resp);
+            responses.add(AbstractResponse.parseResponse(ByteBuffer.wrap(resp), header));
+        }
+        written.get();
+        return responses;
+    }
+
     @Override
     public void close() throws IOException {
         socket.close();
