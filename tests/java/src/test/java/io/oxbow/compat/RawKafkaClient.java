@@ -66,13 +66,20 @@ public final class RawKafkaClient implements AutoCloseable {
     }
 
     private RequestHeader write(AbstractRequest.Builder<?> builder, short version) throws IOException {
+        RequestHeader header = frame(builder, version, out);
+        out.flush();
+        return header;
+    }
+
+    /** Writes one size-prefixed request frame (the next correlation id) to {@code to}. */
+    private RequestHeader frame(AbstractRequest.Builder<?> builder, short version, DataOutputStream to)
+            throws IOException {
         RequestHeader header = new RequestHeader(builder.apiKey(), version, "oxbow-compat-raw", ++correlationId);
         ByteBuffer req = builder.build(version).serializeWithHeader(header);
         byte[] bytes = new byte[req.remaining()];
         req.get(bytes);
-        out.writeInt(bytes.length);
-        out.write(bytes);
-        out.flush();
+        to.writeInt(bytes.length);
+        to.write(bytes);
         return header;
     }
 
@@ -97,15 +104,7 @@ public final class RawKafkaClient implements AutoCloseable {
         java.io.ByteArrayOutputStream all = new java.io.ByteArrayOutputStream();
         DataOutputStream frames = new DataOutputStream(all);
         for (int i = 0; i < builders.size(); i++) {
-            AbstractRequest.Builder<?> b = builders.get(i);
-            short v = versions.get(i);
-            RequestHeader header = new RequestHeader(b.apiKey(), v, "oxbow-compat-raw", ++correlationId);
-            ByteBuffer req = b.build(v).serializeWithHeader(header);
-            byte[] bytes = new byte[req.remaining()];
-            req.get(bytes);
-            frames.writeInt(bytes.length);
-            frames.write(bytes);
-            headers.add(header);
+            headers.add(frame(builders.get(i), versions.get(i), frames));
         }
         byte[] payload = all.toByteArray();
         java.util.concurrent.CompletableFuture<Void> written = java.util.concurrent.CompletableFuture.runAsync(() -> {
