@@ -13,11 +13,11 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import ElectionType, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oxbow_cluster import Cluster
-from oxbow_harness import consume_all, require_broker_binary, wait_until
+from oxbow_harness import consume_all, read_batches, require_broker_binary, segment_files, wait_until
 
 
 @pytest.fixture
@@ -260,3 +260,76 @@ def test_deleted_records_stay_deleted_on_every_replica_and_a_replica_left_behind
         {1: 150, 2: 150, 3: 150}
     hws = {n.node_id: checkpointed(n, "replication-offset-checkpoint", "trimmed", 0) for n in cluster.nodes}
     assert hws[away.node_id] == 210 and all(h in (200, 210) for h in hws.values()), hws
+
+
+def test_commits_waiting_for_a_stopped_follower_do_not_hold_up_the_groups_of_their_partition(tmp_path, request):
+    """One `__consumer_offsets` partition (so every group shares one coordinator shard) on three
+    replicas, one follower SIGSTOPped and kept in the ISR (long lag and session timeouts). Four
+    groups commit at once: all four commits are appended while none is acknowledged (the shard
+    is not locked across a wait for the ISR, as Kafka's coordinator runtime is not). Meanwhile a
+    non-stable OffsetFetch (require_stable=false) answers from what the ISR has; a stable one
+    waits, as Kafka's, and shows the new offset once the follower runs again."""
+    c = Cluster(require_broker_binary(), tmp_path, 3, 0, {
+        "offsets.topic.num.partitions": "1",
+        "offsets.topic.replication.factor": "3",
+        "offsets.commit.timeout.ms": "120000",
+        "replica.lag.time.max.ms": "120000",
+        "broker.session.timeout.ms": "120000",
+    })
+    request.node._oxbow_brokers = c.nodes
+    c.start()
+    try:
+        adm = AdminClient({"bootstrap.servers": c.bootstrap()})
+        create_replicated(adm, "committed", n=1)
+        tp = [TopicPartition("committed", 0)]
+        groups = [f"group-{i}" for i in range(4)]
+        results: list = []
+
+        def consumer(group: str, bootstrap: str, **extra) -> Consumer:
+            return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                             "socket.timeout.ms": 60000, **extra,
+                             "on_commit": lambda err, parts: results.append((group, err, [p.offset for p in parts]))})
+
+        first = [consumer(g, c.bootstrap()) for g in groups]
+        for k, cons in enumerate(first):
+            cons.commit(offsets=[TopicPartition("committed", 0, 10 + k)], asynchronous=False)
+        wait_until(lambda: full_isr(adm, "__consumer_offsets", [1, 2, 3]), 30, "__consumer_offsets fully in sync")
+        leader = partitions(adm, "__consumer_offsets")[0][0]
+        controller = c.node(leader).leader()
+        follower = next(n for n in c.nodes if n.node_id not in (leader, controller))
+        to_leader = c.node(leader).bootstrap
+        committers = [consumer(g, to_leader) for g in groups]
+        unstable = consumer(groups[0], to_leader, **{"isolation.level": "read_uncommitted"})
+        stable = consumer(groups[0], to_leader)
+        log = segment_files(c.node(leader).data_dir / "__consumer_offsets-0")[-1]
+        def last_offset() -> int:
+            found = read_batches(log)[0]
+            return found[-1].last_offset if found else -1
+
+        before = last_offset()
+        results.clear()
+        stable_read: list = []
+        follower.proc.send_signal(signal.SIGSTOP)
+        try:
+            for k, cons in enumerate(committers):
+                cons.commit(offsets=[TopicPartition("committed", 0, 100 + k)], asynchronous=True)
+            wait_until(lambda: last_offset() >= before + 4, 30,
+                       "all four commits appended to the leader's log while the follower is stopped")
+            assert [p.offset for p in unstable.committed(tp, timeout=30)] == [10], \
+                "a non-stable OffsetFetch answers at once, without the commit the ISR lacks"
+            reader = threading.Thread(target=lambda: stable_read.extend(stable.committed(tp, timeout=60)))
+            reader.start()
+            for cons in committers:
+                cons.poll(0.1)
+            assert results == [], "no commit is acknowledged before the ISR has it"
+        finally:
+            follower.proc.send_signal(signal.SIGCONT)
+        reader.join(90)
+        assert [p.offset for p in stable_read] == [100], "the stable OffsetFetch shows the commit in flight"
+        wait_until(lambda: [x.poll(0.1) for x in committers] and len(results) == 4, 60, "every commit answered")
+        assert sorted(results) == [(g, None, [100 + k]) for k, g in enumerate(groups)]
+        assert [first[k].committed(tp, timeout=30)[0].offset for k in range(4)] == [100, 101, 102, 103]
+        for x in first + committers + [unstable, stable]:
+            x.close()
+    finally:
+        c.close()

@@ -123,6 +123,17 @@ impl Shard {
         Ok(())
     }
 
+    /// The offset commit (or tombstone) a record holds, as a [`Write`]; `None` for other records.
+    pub fn offset_write(key: &[u8], value: Option<&[u8]>) -> Result<Option<Write>, RecordError> {
+        match Key::decode(key)? {
+            Some(Key::Offset { group, topic, partition }) => {
+                let value = value.map(OffsetValue::decode).transpose()?;
+                Ok(Some(Write::Offset { group, topic, partition, value }))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// Ends loading: stored groups become live groups (members get a fresh session from
     /// `now`); groups with offsets and no stored state are Empty.
     pub fn finish_load(&mut self, now: i64) {

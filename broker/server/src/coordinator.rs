@@ -2,16 +2,19 @@
 //! `__consumer_offsets` this broker leads, loaded by replaying the partition when leadership
 //! arrives and dropped when it leaves.
 //!
-//! Each shard is behind one async lock: an event runs the pure state machine, appends the
-//! records it asks for to the partition and waits for them to be acknowledged by the ISR
-//! (`offsets.commit.timeout.ms`), then answers. Parked JoinGroup and SyncGroup requests wait
-//! on oneshot channels keyed by [`Ticket`]. One timer task runs group deadlines (sessions,
-//! rebalance and sync timeouts, the initial delay) and offset expiry.
+//! Each shard is behind one async lock: an event runs the pure state machine and appends the
+//! records it asks for to the partition under the lock, then releases it while the ISR
+//! acknowledges them (`offsets.commit.timeout.ms`), then answers. So a slow ISR delays the
+//! answers of the writes waiting on it, not every group of the partition. Offsets appended but
+//! not yet under the high watermark wait in [`SlotState::pending`] and are applied in log order
+//! once they are: OffsetFetch shows only what the ISR has. Parked JoinGroup and SyncGroup
+//! requests wait on oneshot channels keyed by [`Ticket`]. One timer task runs group deadlines
+//! (sessions, rebalance and sync timeouts, the initial delay) and offset expiry.
 //!
 //! Durability: a commit or a group change is answered after its record is in the partition's
 //! log and covered by the high watermark; it is on disk when the partition's flush policy says.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -22,30 +25,40 @@ use oxbow_group::consumer::{Catalog, ConsumerGroup, HeartbeatRequest, HeartbeatR
 use oxbow_group::records::OffsetValue;
 use oxbow_group::shard::Listing;
 use oxbow_group::{Answer, GroupError, Out, Shard, Ticket, Write, partition_for};
-use oxbow_log::ReadStart;
-use oxbow_log::batch::{BatchIter, encode_plain, validate_produce};
-use oxbow_protocol::records::{Compression, RecordBatchDecoder};
 use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::now_ms;
 use crate::config::GroupSettings;
-use crate::errors::BrokerError;
 use crate::metadata_view::{MetadataView, Topic};
 use crate::partition::Partition;
+
+mod store;
+
+use store::{Stored, group_of};
 
 /// The internal topic holding committed offsets and group state.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
+/// Offset writes in the log and not yet under the high watermark, each with the offset after it.
+type Pending = VecDeque<(i64, Vec<Write>)>;
+
+/// A parked request's answer, with the shard's last written offset when it was given: the
+/// request answers once the ISR has that much.
 enum Waiter {
-    Join(oneshot::Sender<JoinResponse>),
-    Sync(oneshot::Sender<SyncResponse>),
+    Join(oneshot::Sender<(JoinResponse, i64)>),
+    Sync(oneshot::Sender<(SyncResponse, i64)>),
 }
 
 struct SlotState {
     shard: Shard,
     waiters: HashMap<Ticket, Waiter>,
+    /// Offset writes in the log, in log order, each with the offset after its last record:
+    /// applied to the shard once the high watermark passes them ([`Coordinator::settle`]).
+    pending: Pending,
+    /// The offset after the last record this shard wrote (the log end when it was loaded).
+    last_written: i64,
     /// False once leadership moved away: requests holding this slot answer NOT_COORDINATOR.
     alive: bool,
 }
@@ -198,10 +211,11 @@ impl Coordinator {
         group: &str,
     ) -> Result<(Arc<Slot>, OwnedMutexGuard<SlotState>), GroupError> {
         let slot = self.slot(view, group).await?;
-        let st = slot.state.clone().lock_owned().await;
+        let mut st = slot.state.clone().lock_owned().await;
         if !st.alive {
             return Err(GroupError::NotCoordinator);
         }
+        Self::settle(&slot, &mut st);
         Ok((slot, st))
     }
 
@@ -225,13 +239,19 @@ impl Coordinator {
             self.unload(old).await;
         }
         let started = std::time::Instant::now();
-        let shard = tokio::task::block_in_place(|| self.replay(&part))?;
+        let (shard, pending, log_end) = tokio::task::block_in_place(|| self.replay(&part))?;
         let groups = shard.list().len();
         let slot = Arc::new(Slot {
             index,
             partition: part,
             leader_epoch: epoch,
-            state: Arc::new(AsyncMutex::new(SlotState { shard, waiters: HashMap::new(), alive: true })),
+            state: Arc::new(AsyncMutex::new(SlotState {
+                shard,
+                waiters: HashMap::new(),
+                pending,
+                last_written: log_end,
+                alive: true,
+            })),
         });
         self.slots.lock().insert(index, slot.clone());
         tracing::info!(
@@ -243,50 +263,6 @@ impl Coordinator {
         );
         self.wake.notify_one();
         Ok(slot)
-    }
-
-    /// Rebuilds a shard from its partition's records.
-    fn replay(&self, part: &Partition) -> Result<Shard, GroupError> {
-        let mut shard =
-            Shard::new(self.settings.group, self.settings.offsets).with_consumer_config(self.settings.consumer.clone());
-        let mut offset = part.offsets().map_err(|_| GroupError::NotCoordinator)?.log_start;
-        let mut skipped = 0usize;
-        loop {
-            let (start, _) = part.read(offset, 1 << 20, true).map_err(|(e, _)| {
-                tracing::error!(partition = part.index, offset, error = %e, "cannot read the offsets partition");
-                GroupError::CoordinatorLoadInProgress
-            })?;
-            let ReadStart::Plan(plan) = start else { break };
-            let bytes = plan.execute().map_err(|e| {
-                tracing::error!(partition = part.index, offset, error = %e, "cannot read the offsets partition");
-                GroupError::CoordinatorLoadInProgress
-            })?;
-            let next = BatchIter::new(&bytes).last().map(|(_, h)| h.next_offset());
-            let Some(next) = next.filter(|n| *n > offset) else { break };
-            let mut buf = bytes.clone();
-            match RecordBatchDecoder::decode_all(&mut buf) {
-                Ok(sets) => {
-                    for r in sets.iter().flat_map(|s| s.records.iter()) {
-                        if r.control || r.offset < offset {
-                            continue;
-                        }
-                        let Some(key) = &r.key else { continue };
-                        if shard.replay(key, r.value.as_deref()).is_err() {
-                            skipped += 1;
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(partition = part.index, offset, error = %e, "skipping undecodable batches in the offsets partition");
-                }
-            }
-            offset = next;
-        }
-        if skipped > 0 {
-            tracing::warn!(partition = part.index, skipped, "skipped malformed records in the offsets partition");
-        }
-        shard.finish_load(now_ms());
-        Ok(shard)
     }
 
     async fn unload(&self, slot: Arc<Slot>) {
@@ -312,80 +288,71 @@ impl Coordinator {
         for (_, w) in st.waiters.drain() {
             match w {
                 Waiter::Join(tx) => {
-                    let _ = tx.send(JoinResponse::error(GroupError::NotCoordinator, ""));
+                    let _ = tx.send((JoinResponse::error(GroupError::NotCoordinator, ""), 0));
                 }
                 Waiter::Sync(tx) => {
-                    let _ = tx.send(SyncResponse::error(GroupError::NotCoordinator));
+                    let _ = tx.send((SyncResponse::error(GroupError::NotCoordinator), 0));
                 }
             }
         }
     }
 
-    /// Appends `writes` to the slot's partition and waits until the ISR has them.
-    async fn append(&self, view: &MetadataView, slot: &Slot, writes: &[Write]) -> Result<(), GroupError> {
-        if writes.is_empty() {
-            return Ok(());
-        }
-        let now = now_ms();
-        let records: Vec<_> = writes.iter().map(|w| (Some(w.key().encode()), w.value())).collect();
-        let bytes = encode_plain(&records, now, Compression::None).map_err(|e| {
-            tracing::error!(error = %e, "cannot encode offsets records");
-            GroupError::UnknownServerError
-        })?;
-        // Only the incarnation that loaded this shard may write through it.
-        if slot.partition.leader_epoch().ok() != Some(slot.leader_epoch) {
-            return Err(GroupError::NotCoordinator);
-        }
-        let topic = view.topic(OFFSETS_TOPIC).ok_or(GroupError::NotCoordinator)?;
-        let batches = validate_produce(&bytes, topic.log_config.max_message_bytes).map_err(|e| {
-            tracing::warn!(error = %e, "offsets records refused");
-            GroupError::InvalidCommitOffsetSize
-        })?;
-        let fsync = topic.log_config.flush_messages != i64::MAX;
-        let append = || slot.partition.append(&bytes, &batches, Some(topic.min_insync), now);
-        let result = if fsync { tokio::task::block_in_place(append) } else { append() };
-        let r = result.map_err(|e| store_error(&e))?;
-        let timeout = Duration::from_millis(self.settings.commit_timeout_ms);
-        match slot.partition.wait_for_hw(r.last_offset + 1, timeout).await {
-            Ok(()) => {}
-            Err(crate::partition::HwWait::TimedOut) => return Err(GroupError::CoordinatorNotAvailable),
-            Err(crate::partition::HwWait::NotLeader) => return Err(GroupError::NotCoordinator),
-        }
-        Ok(())
-    }
-
     /// Delivers what the state machine returned, storing groups on the way (first the records
     /// the shard asked for: consumer group changes from timers, a group changing protocol).
-    async fn run(&self, view: &MetadataView, slot: &Slot, st: &mut SlotState, outs: Vec<Out>) {
+    /// The lock is released while each store waits for the ISR; the shard is returned locked.
+    async fn run(
+        &self,
+        view: &MetadataView,
+        slot: &Arc<Slot>,
+        st: OwnedMutexGuard<SlotState>,
+        outs: Vec<Out>,
+    ) -> OwnedMutexGuard<SlotState> {
+        let mut st = st;
         let writes = st.shard.take_writes();
-        if let Err(e) = self.append(view, slot, &writes).await {
-            // The shard is ahead of its log: drop it, so the next request reloads it from the
-            // log (as after a leadership change) instead of building on unwritten state.
-            tracing::warn!(partition = slot.index, records = writes.len(), error = ?e, "storing group changes failed; reloading the shard");
-            self.invalidate(slot, st);
+        let (again, r) = self.store(view, slot, st, &writes).await;
+        st = again;
+        match r {
+            Ok(()) => {}
+            Err(Stored::NotAppended(e)) => {
+                // The shard is ahead of its log: drop it, so the next request reloads it from
+                // the log (as after a leadership change) instead of building on unwritten state.
+                tracing::warn!(partition = slot.index, records = writes.len(), error = ?e, "storing group changes failed; reloading the shard");
+                self.invalidate(slot, &mut st);
+            }
+            // In the log: the answers that depend on them wait for the ISR themselves.
+            Err(Stored::NotReplicated(e)) => {
+                tracing::warn!(partition = slot.index, records = writes.len(), error = ?e, "group changes not replicated in time");
+            }
         }
         let mut queue: VecDeque<Out> = outs.into();
         while let Some(o) = queue.pop_front() {
+            if !st.alive {
+                // Dropped (its parked requests were answered NOT_COORDINATOR): nothing to deliver.
+                break;
+            }
             match o {
                 Out::Join(t, r) => {
                     if let Some(Waiter::Join(tx)) = st.waiters.remove(&t) {
-                        let _ = tx.send(r);
+                        let _ = tx.send((r, st.last_written));
                     }
                 }
                 Out::Sync(t, r) => {
                     if let Some(Waiter::Sync(tx)) = st.waiters.remove(&t) {
-                        let _ = tx.send(r);
+                        let _ = tx.send((r, st.last_written));
                     }
                 }
                 Out::Store { group, generation, then } => {
                     let w = st.shard.group_write(&group);
-                    match self.append(view, slot, &[w]).await {
+                    let (again, r) = self.store(view, slot, st, &[w]).await;
+                    st = again;
+                    match r {
                         Ok(()) => {
                             for x in then.into_iter().rev() {
                                 queue.push_front(x);
                             }
                         }
                         Err(e) => {
+                            let e = e.error();
                             tracing::warn!(group = %group, generation, error = ?e, "storing the group failed");
                             for x in then {
                                 match x {
@@ -404,13 +371,14 @@ impl Coordinator {
                 }
             }
         }
+        st
     }
 
     /// JoinGroup; waits until the group answers (end of the join phase).
     pub async fn join(&self, view: &MetadataView, group: &str, req: JoinRequest) -> JoinResponse {
         let member = req.member_id.clone();
         let (tx, rx) = oneshot::channel();
-        {
+        let slot = {
             let (slot, mut st) = match self.locked(view, group).await {
                 Ok(x) => x,
                 Err(e) => return JoinResponse::error(e, &member),
@@ -420,16 +388,27 @@ impl Coordinator {
             let prefix = req.instance_id.clone().unwrap_or_else(|| req.client_id.clone());
             let new_id = format!("{prefix}-{}", uuid::Uuid::new_v4());
             let outs = st.shard.join(group, req, ticket, new_id, now_ms());
-            self.run(view, &slot, &mut st, outs).await;
-        }
+            self.run(view, &slot, st, outs).await;
+            slot
+        };
         self.wake.notify_one();
-        rx.await.unwrap_or_else(|_| JoinResponse::error(GroupError::NotCoordinator, &member))
+        let (r, end) = rx.await.unwrap_or_else(|_| (JoinResponse::error(GroupError::NotCoordinator, &member), 0));
+        match self.answerable(&slot, r.error, end).await {
+            Ok(()) => r,
+            Err(e) => JoinResponse::error(e, &member),
+        }
+    }
+
+    /// Whether an answer given with the shard's log at `end` may go out: at once for an error,
+    /// once the ISR has `end` for a success (Kafka's deferred write result).
+    async fn answerable(&self, slot: &Slot, error: Option<GroupError>, end: i64) -> Result<(), GroupError> {
+        if error.is_some() { Ok(()) } else { self.replicated(slot, end).await }
     }
 
     /// SyncGroup; followers wait for the leader's assignment.
     pub async fn sync(&self, view: &MetadataView, group: &str, req: SyncRequest) -> SyncResponse {
         let (tx, rx) = oneshot::channel();
-        {
+        let slot = {
             let (slot, mut st) = match self.locked(view, group).await {
                 Ok(x) => x,
                 Err(e) => return SyncResponse::error(e),
@@ -437,10 +416,15 @@ impl Coordinator {
             let ticket = self.ticket();
             st.waiters.insert(ticket, Waiter::Sync(tx));
             let outs = st.shard.sync(group, req, ticket, now_ms());
-            self.run(view, &slot, &mut st, outs).await;
-        }
+            self.run(view, &slot, st, outs).await;
+            slot
+        };
         self.wake.notify_one();
-        rx.await.unwrap_or_else(|_| SyncResponse::error(GroupError::NotCoordinator))
+        let (r, end) = rx.await.unwrap_or_else(|_| (SyncResponse::error(GroupError::NotCoordinator), 0));
+        match self.answerable(&slot, r.error, end).await {
+            Ok(()) => r,
+            Err(e) => SyncResponse::error(e),
+        }
     }
 
     pub async fn heartbeat(
@@ -451,8 +435,9 @@ impl Coordinator {
         instance: Option<&str>,
         generation: i32,
     ) -> Answer {
-        let (_, mut st) = self.locked(view, group).await?;
-        st.shard.heartbeat(group, member, instance, generation, now_ms())
+        let (slot, mut st) = self.locked(view, group).await?;
+        st.shard.heartbeat(group, member, instance, generation, now_ms())?;
+        self.caught_up(&slot, st).await
     }
 
     /// LeaveGroup: each member's answer, or the group's error.
@@ -465,10 +450,12 @@ impl Coordinator {
         let answers = {
             let (slot, mut st) = self.locked(view, group).await?;
             let (answers, outs) = st.shard.leave(group, members, now_ms())?;
-            self.run(view, &slot, &mut st, outs).await;
-            answers
+            let st = self.run(view, &slot, st, outs).await;
+            (answers, slot, st)
         };
         self.wake.notify_one();
+        let (answers, slot, st) = answers;
+        self.caught_up(&slot, st).await?;
         Ok(answers)
     }
 
@@ -492,9 +479,11 @@ impl Coordinator {
                 }),
             })
             .collect();
-        self.append(view, &slot, &writes).await?;
-        st.shard.apply(&writes);
-        Ok(())
+        let Some(end) = self.write_offsets(view, &slot, &mut st, writes)? else { return Ok(()) };
+        // Other groups of the partition go on while this commit waits for the ISR; the next
+        // request to lock the shard applies it.
+        drop(st);
+        self.replicated(&slot, end).await
     }
 
     /// Whether `metadata` fits `offset.metadata.max.bytes`.
@@ -504,14 +493,26 @@ impl Coordinator {
 
     /// Committed offsets of `group`: of the named partitions, or of all (`None`).
     /// Each is (topic, partition, offset, leader epoch, metadata); -1 where none is committed.
+    /// Read at the high watermark; `stable` (OffsetFetch `require_stable`) first waits until the
+    /// ISR has every write the shard made, so commits still in flight are shown, as Kafka does.
     pub async fn fetch_offsets(
         &self,
         view: &MetadataView,
         group: &str,
         wanted: Option<Vec<(String, Vec<i32>)>>,
         member: Option<(Option<&str>, i32)>,
+        stable: bool,
     ) -> Result<Vec<(String, Vec<(i32, Option<OffsetValue>)>)>, GroupError> {
-        let (_, st) = self.locked(view, group).await?;
+        let (slot, mut st) = self.locked(view, group).await?;
+        if stable && !st.pending.is_empty() {
+            let end = st.last_written;
+            let (again, r) = self.replicated_unlocked(&slot, st, end).await;
+            r?;
+            st = again;
+            if !st.alive {
+                return Err(GroupError::NotCoordinator);
+            }
+        }
         if let Some((member, epoch)) = member {
             st.shard.validate_fetch(group, member, epoch)?;
         }
@@ -540,21 +541,28 @@ impl Coordinator {
         group: &str,
         partitions: &[(String, i32)],
     ) -> Result<Vec<Answer>, GroupError> {
-        let (slot, mut st) = self.locked(view, group).await?;
+        let (slot, st) = self.locked(view, group).await?;
+        let mut st = self.drained(&slot, st, group).await?;
         let (errors, writes) = st.shard.delete_offsets(group, partitions)?;
-        self.append(view, &slot, &writes).await?;
-        st.shard.apply(&writes);
+        if let Some(end) = self.write_offsets(view, &slot, &mut st, writes)? {
+            self.replicated_unlocked(&slot, st, end).await.1?;
+        }
         Ok(errors)
     }
 
     /// DeleteGroups for one group.
     pub async fn delete_group(&self, view: &MetadataView, group: &str) -> Answer {
-        let (slot, mut st) = self.locked(view, group).await?;
+        let (slot, st) = self.locked(view, group).await?;
+        let mut st = self.drained(&slot, st, group).await?;
         let writes = st.shard.delete_group(group)?;
-        self.append(view, &slot, &writes).await?;
-        st.shard.apply(&writes);
+        let end = self.write_offsets(view, &slot, &mut st, writes)?;
+        // The group goes from memory now, as any group change does; its offsets' tombstones
+        // are applied with the other pending offset writes.
         let outs = st.shard.remove_group(group, now_ms());
-        self.run(view, &slot, &mut st, outs).await;
+        let st = self.run(view, &slot, st, outs).await;
+        if let Some(end) = end {
+            self.replicated_unlocked(&slot, st, end).await.1?;
+        }
         tracing::info!(group, "deleted group");
         Ok(())
     }
@@ -578,8 +586,10 @@ impl Coordinator {
     }
 
     /// ConsumerGroupHeartbeat (KIP-848). What changed is written as Kafka's consumer group
-    /// records before the answer; if they cannot be written the group is put back as it was
-    /// and the member gets the error.
+    /// records before the answer; if they cannot be appended the group is put back as it was
+    /// and the member gets the error. Once appended they stay, as in Kafka: if the ISR does
+    /// not acknowledge them in time the member gets the error and retries at its previous
+    /// epoch, which the group accepts.
     pub async fn consumer_heartbeat(
         &self,
         view: &MetadataView,
@@ -592,8 +602,18 @@ impl Coordinator {
             Ok((slot, mut st)) => {
                 let (r, undo) = st.shard.consumer_heartbeat(group, &req, &catalog, now_ms());
                 let writes = st.shard.take_writes();
-                match self.append(view, &slot, &writes).await {
-                    Ok(()) => r,
+                match self.write(view, &slot, &mut st, &writes) {
+                    Ok(None) => match self.caught_up(&slot, st).await {
+                        Ok(()) => r,
+                        Err(e) => failed(e),
+                    },
+                    Ok(Some(end)) => match self.replicated_unlocked(&slot, st, end).await.1 {
+                        Ok(()) => r,
+                        Err(e) => {
+                            tracing::warn!(group, error = ?e, "the consumer group's records were not replicated in time");
+                            failed(e)
+                        }
+                    },
                     Err(e) => {
                         tracing::warn!(group, error = ?e, "storing the consumer group failed");
                         st.shard.undo(undo);
@@ -692,7 +712,7 @@ impl Coordinator {
             let mut next = now + 1000;
             let slots: Vec<Arc<Slot>> = self.slots.lock().values().cloned().collect();
             for slot in slots {
-                let mut st = slot.state.lock().await;
+                let mut st = slot.state.clone().lock_owned().await;
                 if !st.alive {
                     continue;
                 }
@@ -701,12 +721,14 @@ impl Coordinator {
                     for (group, e) in expired {
                         tracing::info!(group = %group, member = %e.member_id, reason = e.reason, "removed consumer group member");
                     }
-                    self.run(&view, &slot, &mut st, outs).await;
+                    st = self.run(&view, &slot, st, outs).await;
                 }
-                if expire {
-                    self.expire(&view, &slot, &mut st, now).await;
+                if expire && st.alive {
+                    st = self.expire(&view, &slot, st, now).await;
                 }
-                if let Some(d) = st.shard.next_deadline() {
+                if st.alive
+                    && let Some(d) = st.shard.next_deadline()
+                {
                     next = next.min(d);
                 }
             }
@@ -722,27 +744,42 @@ impl Coordinator {
         }
     }
 
-    async fn expire(&self, view: &MetadataView, slot: &Slot, st: &mut SlotState, now: i64) {
-        let (writes, gone) = st.shard.expired(now);
+    /// Writes tombstones for expired offsets and removes the groups left with nothing. The
+    /// tombstones are applied with the other pending offset writes; the timer does not wait
+    /// for the ISR. A group with an offset write still pending has newer offsets than the
+    /// shard shows: it is left for the next check.
+    async fn expire(
+        &self,
+        view: &MetadataView,
+        slot: &Arc<Slot>,
+        mut st: OwnedMutexGuard<SlotState>,
+        now: i64,
+    ) -> OwnedMutexGuard<SlotState> {
+        Self::settle(slot, &mut st);
+        let busy: HashSet<String> =
+            st.pending.iter().flat_map(|(_, ws)| ws.iter().map(|w| group_of(w).to_string())).collect();
+        let (mut writes, mut gone) = st.shard.expired(now);
+        writes.retain(|w| !busy.contains(group_of(w)));
+        gone.retain(|g| !busy.contains(g));
         if writes.is_empty() {
-            return;
+            return st;
         }
-        match self.append(view, slot, &writes).await {
-            Ok(()) => {
-                st.shard.apply(&writes);
-                for g in &gone {
-                    let outs = st.shard.remove_group(g, now);
-                    self.run(view, slot, st, outs).await;
-                }
-                tracing::info!(
-                    partition = slot.index,
-                    offsets = writes.len() - gone.len(),
-                    groups = gone.len(),
-                    "expired committed offsets"
-                );
-            }
-            Err(e) => tracing::warn!(partition = slot.index, error = ?e, "cannot write offset expiry"),
+        let count = writes.len();
+        if let Err(e) = self.write_offsets(view, slot, &mut st, writes) {
+            tracing::warn!(partition = slot.index, error = ?e, "cannot write offset expiry");
+            return st;
         }
+        for g in &gone {
+            let outs = st.shard.remove_group(g, now);
+            st = self.run(view, slot, st, outs).await;
+        }
+        tracing::info!(
+            partition = slot.index,
+            offsets = count - gone.len(),
+            groups = gone.len(),
+            "expired committed offsets"
+        );
+        st
     }
 
     /// The leader of the coordinator partition of `group`: (node id, partition).
@@ -750,14 +787,5 @@ impl Coordinator {
         let index = partition_for(group, topic.meta.partitions);
         let leader = usize::try_from(index).ok().and_then(|i| topic.states.get(i)).map_or(-1, |s| s.leader);
         (leader, index)
-    }
-}
-
-/// Kafka's coordinator errors for a failed append to `__consumer_offsets`.
-fn store_error(e: &BrokerError) -> GroupError {
-    match e {
-        BrokerError::NotLeader(_) | BrokerError::Storage(_) => GroupError::NotCoordinator,
-        BrokerError::MessageTooLarge(_) | BrokerError::RecordListTooLarge(_) => GroupError::InvalidCommitOffsetSize,
-        _ => GroupError::CoordinatorNotAvailable,
     }
 }

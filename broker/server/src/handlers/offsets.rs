@@ -104,8 +104,9 @@ async fn fetch_group(
     group: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
     member: Option<(Option<&str>, i32)>,
+    stable: bool,
 ) -> Fetched {
-    ctx.broker.groups.fetch_offsets(&ctx.broker.view, group, topics, member).await
+    ctx.broker.groups.fetch_offsets(&ctx.broker.view, group, topics, member, stable).await
 }
 
 pub async fn offset_fetch(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetchResponse {
@@ -120,7 +121,7 @@ pub async fn offset_fetch(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetch
             rg.group_id = g.group_id.clone();
             // v9+ names the member (consumer protocol groups check it); older versions do not.
             let member = (ctx.version >= 9).then(|| (g.member_id.as_ref().map(|m| m.as_str()), g.member_epoch));
-            match fetch_group(ctx, g.group_id.0.as_str(), wanted, member).await {
+            match fetch_group(ctx, g.group_id.0.as_str(), wanted, member, req.require_stable).await {
                 Ok(topics) => {
                     for (name, parts) in topics {
                         let mut rt = OffsetFetchResponseTopics::default();
@@ -141,7 +142,7 @@ pub async fn offset_fetch(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetch
     }
     let wanted: Option<Vec<(String, Vec<i32>)>> =
         req.topics.as_ref().map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.clone())).collect());
-    match fetch_group(ctx, req.group_id.0.as_str(), wanted.clone(), None).await {
+    match fetch_group(ctx, req.group_id.0.as_str(), wanted.clone(), None, req.require_stable).await {
         Ok(topics) => {
             for (name, parts) in topics {
                 let mut rt = OffsetFetchResponseTopic::default();
