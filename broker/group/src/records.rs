@@ -10,6 +10,11 @@
 //! skipped on read). A null value is a tombstone.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use oxbow_protocol::schema::{
+    SchemaError, get_bytes, get_compact_nullable_str, get_i16, get_i32, get_i64, get_nullable_str, get_str,
+    get_uvarint, need, put_bytes, put_compact_nullable_str, put_compact_str, put_nullable_str, put_str, put_uvarint,
+    skip_tagged,
+};
 use uuid::Uuid;
 
 use crate::assignor::Assignment;
@@ -25,6 +30,16 @@ pub enum RecordError {
     NotUtf8,
     #[error("negative length {0}")]
     BadLength(i64),
+}
+
+impl From<SchemaError> for RecordError {
+    fn from(e: SchemaError) -> Self {
+        match e {
+            SchemaError::Truncated => RecordError::Truncated,
+            SchemaError::NotUtf8 => RecordError::NotUtf8,
+            SchemaError::BadLength(n) => RecordError::BadLength(n),
+        }
+    }
 }
 
 type Result<T> = std::result::Result<T, RecordError>;
@@ -475,89 +490,8 @@ pub fn subscribed_topics(mut b: &[u8]) -> Option<Vec<String>> {
     (0..n).map(|_| get_str(&mut b).ok()).collect()
 }
 
-fn put_str(b: &mut BytesMut, s: &str) {
-    let len = i16::try_from(s.len()).unwrap_or(i16::MAX);
-    b.put_i16(len);
-    b.put_slice(&s.as_bytes()[..len as usize]);
-}
-
-fn put_nullable_str(b: &mut BytesMut, s: Option<&str>) {
-    match s {
-        Some(s) => put_str(b, s),
-        None => b.put_i16(-1),
-    }
-}
-
-fn put_bytes(b: &mut BytesMut, v: &[u8]) {
-    b.put_i32(v.len() as i32);
-    b.put_slice(v);
-}
-
-fn need(b: &[u8], n: usize) -> Result<()> {
-    if b.len() < n { Err(RecordError::Truncated) } else { Ok(()) }
-}
-
-fn get_i16(b: &mut &[u8]) -> Result<i16> {
-    need(b, 2)?;
-    Ok(b.get_i16())
-}
-
-fn get_i32(b: &mut &[u8]) -> Result<i32> {
-    need(b, 4)?;
-    Ok(b.get_i32())
-}
-
-fn get_i64(b: &mut &[u8]) -> Result<i64> {
-    need(b, 8)?;
-    Ok(b.get_i64())
-}
-
-fn take_utf8(b: &mut &[u8], n: usize) -> Result<String> {
-    need(b, n)?;
-    let s = std::str::from_utf8(&b[..n]).map_err(|_| RecordError::NotUtf8)?.to_string();
-    b.advance(n);
-    Ok(s)
-}
-
-fn get_nullable_str(b: &mut &[u8]) -> Result<Option<String>> {
-    let n = get_i16(b)?;
-    if n < 0 {
-        return Ok(None);
-    }
-    take_utf8(b, n as usize).map(Some)
-}
-
-fn get_str(b: &mut &[u8]) -> Result<String> {
-    let n = get_i16(b)?;
-    if n < 0 {
-        return Err(RecordError::BadLength(n.into()));
-    }
-    take_utf8(b, n as usize)
-}
-
-fn get_uvarint(b: &mut &[u8]) -> Result<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        need(b, 1)?;
-        let byte = b.get_u8();
-        v |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Ok(v);
-        }
-    }
-    Err(RecordError::Truncated)
-}
-
 fn get_compact_str(b: &mut &[u8]) -> Result<String> {
     Ok(get_compact_nullable_str(b)?.unwrap_or_default())
-}
-
-fn get_compact_nullable_str(b: &mut &[u8]) -> Result<Option<String>> {
-    let n = get_uvarint(b)?;
-    if n == 0 {
-        return Ok(None);
-    }
-    take_utf8(b, usize::try_from(n - 1).map_err(|_| RecordError::Truncated)?).map(Some)
 }
 
 /// A compact array's length (null counts as empty), bounded by what is left to read.
@@ -568,50 +502,6 @@ fn get_compact_len(b: &mut &[u8]) -> Result<usize> {
         return Err(RecordError::Truncated);
     }
     Ok(n)
-}
-
-/// Skips a tagged-field section (fields this reader does not know).
-fn skip_tagged(b: &mut &[u8]) -> Result<()> {
-    let n = get_uvarint(b)?;
-    for _ in 0..n {
-        let _tag = get_uvarint(b)?;
-        let size = usize::try_from(get_uvarint(b)?).map_err(|_| RecordError::Truncated)?;
-        need(b, size)?;
-        b.advance(size);
-    }
-    Ok(())
-}
-
-fn put_uvarint(b: &mut BytesMut, mut v: u64) {
-    while v >= 0x80 {
-        b.put_u8((v as u8) | 0x80);
-        v >>= 7;
-    }
-    b.put_u8(v as u8);
-}
-
-fn put_compact_str(b: &mut BytesMut, s: &str) {
-    put_uvarint(b, s.len() as u64 + 1);
-    b.put_slice(s.as_bytes());
-}
-
-fn put_compact_nullable_str(b: &mut BytesMut, s: Option<&str>) {
-    match s {
-        Some(s) => put_compact_str(b, s),
-        None => put_uvarint(b, 0),
-    }
-}
-
-fn get_bytes(b: &mut &[u8]) -> Result<Bytes> {
-    let n = get_i32(b)?;
-    if n < 0 {
-        return Ok(Bytes::new());
-    }
-    let n = n as usize;
-    need(b, n)?;
-    let v = Bytes::copy_from_slice(&b[..n]);
-    b.advance(n);
-    Ok(v)
 }
 
 #[cfg(test)]

@@ -625,28 +625,13 @@ fn consumer_writes(
 /// The `__consumer_offsets` partition that coordinates `group`: Kafka's
 /// `Utils.abs(groupId.hashCode()) % partitions`, with Java's `String.hashCode` over UTF-16.
 pub fn partition_for(group: &str, partitions: i32) -> i32 {
-    let mut h: i32 = 0;
-    for unit in group.encode_utf16() {
-        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
-    }
-    let abs = if h == i32::MIN { 0 } else { h.abs() };
-    abs % partitions.max(1)
+    oxbow_protocol::schema::coordinator_partition(group, partitions)
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn coordinator_partition_matches_java() {
-        // From Java: String.hashCode, Kafka's Utils.abs, % 50 and % 7.
-        assert_eq!(partition_for("my-group", 50), 12);
-        assert_eq!(partition_for("g", 50), 3);
-        assert_eq!(partition_for("é-group", 7), 3);
-        // "polygenelubricants".hashCode() == Integer.MIN_VALUE: Kafka's abs maps it to 0.
-        assert_eq!(partition_for("polygenelubricants", 50), 0);
-    }
 
     /// Replays writes into a fresh shard, as a new coordinator loads the partition.
     fn reload(writes: &[Write], now: i64) -> Shard {

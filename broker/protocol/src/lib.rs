@@ -9,6 +9,8 @@
 //! - [`connection`] (feature `io`, the only part that does I/O): one client connection over TCP,
 //!   a request at a time, each exchange bounded in time and in response size.
 //! - [`ids`]: Kafka's 22-character text form of topic, cluster and directory ids.
+//! - [`schema`]: the primitives of Kafka's message schemas (bounded readers, strings, varints,
+//!   tagged fields) for the internal-topic records Oxbow encodes, and the coordinator partition hash.
 //! - [`codec`]: decoding request bodies and encoding responses with the right header version, on
 //!   top of the `kafka-protocol` crate.
 //!
@@ -20,6 +22,7 @@ pub mod codec;
 pub mod connection;
 pub mod frame;
 pub mod ids;
+pub mod schema;
 pub mod versions;
 
 pub use kafka_protocol::error::ResponseError;

@@ -68,33 +68,18 @@ class PipelineOrderTest {
             short cv = (short) Math.min(9, raw.negotiate(ApiKeys.OFFSET_COMMIT));
             short fv = (short) Math.min(9, raw.negotiate(ApiKeys.OFFSET_FETCH));
             // A first commit (waited for) so that the topic is known to the coordinator's broker.
-            long deadline = System.currentTimeMillis() + 30_000;
-            while (true) {
+            // Kafka answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while it loads the
+            // group's partition of __consumer_offsets.
+            untilNone("the first commit", () -> {
                 OffsetCommitResponse r = raw.send(commit(group, topic, 0), cv);
-                short code = r.data().topics().get(0).partitions().get(0).errorCode();
-                if (code == Errors.NONE.code()) {
-                    break;
-                }
-                // Kafka answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while it loads the
-                // group's partition of __consumer_offsets.
-                assertTrue(code == Errors.UNKNOWN_TOPIC_OR_PARTITION.code() || code == Errors.NOT_COORDINATOR.code()
-                        || code == Errors.COORDINATOR_LOAD_IN_PROGRESS.code(), "first commit: " + r.data());
-                assertTrue(System.currentTimeMillis() < deadline, "the topic and coordinator never became ready");
-                Thread.sleep(100);
-            }
-            List<AbstractRequest.Builder<?>> requests = new ArrayList<>();
-            List<Short> versions = new ArrayList<>();
-            for (int i = 1; i <= N; i++) {
-                requests.add(commit(group, topic, i));
-                versions.add(cv);
-            }
-            requests.add(OffsetFetchRequest.Builder.forTopicNames(new OffsetFetchRequestData()
-                    .setGroups(List.of(new OffsetFetchRequestData.OffsetFetchRequestGroup()
-                            .setGroupId(group)
-                            .setTopics(List.of(new OffsetFetchRequestData.OffsetFetchRequestTopics()
-                                    .setName(topic).setPartitionIndexes(List.of(0)))))), false));
-            versions.add(fv);
-            List<AbstractResponse> answers = raw.pipeline(requests, versions);
+                return r.data().topics().get(0).partitions().get(0).errorCode();
+            }, Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS);
+            List<AbstractResponse> answers = pipelined(raw, i -> commit(group, topic, i), cv,
+                    OffsetFetchRequest.Builder.forTopicNames(new OffsetFetchRequestData()
+                            .setGroups(List.of(new OffsetFetchRequestData.OffsetFetchRequestGroup()
+                                    .setGroupId(group)
+                                    .setTopics(List.of(new OffsetFetchRequestData.OffsetFetchRequestTopics()
+                                            .setName(topic).setPartitionIndexes(List.of(0)))))), false), fv);
             for (int i = 0; i < N; i++) {
                 OffsetCommitResponse r = (OffsetCommitResponse) answers.get(i);
                 assertEquals(Errors.NONE.code(), r.data().topics().get(0).partitions().get(0).errorCode(),
@@ -105,6 +90,39 @@ class PipelineOrderTest {
             assertEquals(Errors.NONE.code(), p.errorCode(), fetched.data().toString());
             assertEquals(N, p.committedOffset(), "OffsetFetch after " + N + " pipelined commits reads the last");
         }
+    }
+
+    interface Code {
+        short get() throws Exception;
+    }
+
+    /** Sends until the answer is NONE (a new topic or coordinator may take a moment), with only
+     * the `meanwhile` errors accepted before that, for at most 30 s. */
+    private static void untilNone(String what, Code send, Errors... meanwhile) throws Exception {
+        long deadline = System.currentTimeMillis() + 30_000;
+        short code;
+        while ((code = send.get()) != Errors.NONE.code()) {
+            short c = code;
+            assertTrue(java.util.Arrays.stream(meanwhile).anyMatch(e -> e.code() == c), what + ": " + Errors.forCode(c));
+            assertTrue(System.currentTimeMillis() < deadline, what + " never succeeded: " + Errors.forCode(c));
+            Thread.sleep(100);
+        }
+    }
+
+    /** The requests `each(1..N)` at `version`, then `last` at `lastVersion`, pipelined on one
+     * connection: the N + 1 answers in order. */
+    private static List<AbstractResponse> pipelined(RawKafkaClient raw,
+            java.util.function.IntFunction<AbstractRequest.Builder<?>> each, short version,
+            AbstractRequest.Builder<?> last, short lastVersion) throws Exception {
+        List<AbstractRequest.Builder<?>> requests = new ArrayList<>();
+        List<Short> versions = new ArrayList<>();
+        for (int i = 1; i <= N; i++) {
+            requests.add(each.apply(i));
+            versions.add(version);
+        }
+        requests.add(last);
+        versions.add(lastVersion);
+        return raw.pipeline(requests, versions);
     }
 
     private static OffsetCommitRequest.Builder commit(String group, String topic, long offset) {
@@ -123,27 +141,14 @@ class PipelineOrderTest {
             short pv = raw.negotiate(ApiKeys.PRODUCE);
             short fv = raw.negotiate(ApiKeys.FETCH);
             // Kafka's brokers may learn of the new topic a moment after CreateTopics returns.
-            long deadline = System.currentTimeMillis() + 30_000;
-            while (true) {
+            untilNone("the first produce", () -> {
                 ProduceResponse r = raw.send(produce(topic, id, 0), pv);
-                short code = r.data().responses().iterator().next().partitionResponses().get(0).errorCode();
-                if (code == Errors.NONE.code()) {
-                    break;
-                }
-                assertTrue(System.currentTimeMillis() < deadline, "the topic never became writable: " + r.data());
-                Thread.sleep(100);
-            }
-            List<AbstractRequest.Builder<?>> requests = new ArrayList<>();
-            List<Short> versions = new ArrayList<>();
-            for (int i = 1; i <= N; i++) {
-                requests.add(produce(topic, id, i));
-                versions.add(pv);
-            }
+                return r.data().responses().iterator().next().partitionResponses().get(0).errorCode();
+            }, Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_LEADER_OR_FOLLOWER, Errors.UNKNOWN_TOPIC_ID);
             // No waiting (max wait 0): the fetch answers at once with what it sees.
-            requests.add(FetchRequest.Builder.forConsumer(fv, 0, 0, Map.of(new TopicPartition(topic, 0),
-                    new FetchRequest.PartitionData(id, N, -1, 1 << 20, Optional.empty()))));
-            versions.add(fv);
-            List<AbstractResponse> answers = raw.pipeline(requests, versions);
+            List<AbstractResponse> answers = pipelined(raw, i -> produce(topic, id, i), pv,
+                    FetchRequest.Builder.forConsumer(fv, 0, 0, Map.of(new TopicPartition(topic, 0),
+                            new FetchRequest.PartitionData(id, N, -1, 1 << 20, Optional.empty()))), fv);
             for (int i = 0; i < N; i++) {
                 var pr = ((ProduceResponse) answers.get(i)).data().responses().iterator().next()
                         .partitionResponses().get(0);
