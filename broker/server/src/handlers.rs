@@ -5,8 +5,11 @@
 //! that cannot be decoded at all closes the connection, as Kafka does.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Context;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::task::AtomicWaker;
 use oxbow_protocol::codec::{AnyRequest, decode_any, encode_response};
 use oxbow_protocol::frame::peek_header;
 use oxbow_protocol::messages::{ApiVersionsResponse, RequestHeader};
@@ -40,35 +43,54 @@ pub struct Ctx<'a> {
     /// The client's address (group members' `client_host`).
     pub peer: std::net::SocketAddr,
     /// Lets the connection start its next request (see [`Applied`]).
-    pub applied: Applied,
+    pub applied: &'a Applied,
 }
 
-/// The point after which a request's effects are in place, so the connection may start the next
-/// request. Dropping it (the request finished) is the same as firing it; a handler that waits
-/// after applying its effects (acks=all, a long poll) fires it before the wait.
-pub struct Applied(std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>);
+/// The point after which a request's effects are in place, so the connection may start its
+/// next request. A request that finishes has applied its effects; a handler that waits after
+/// applying them (acks=all, a long poll) fires this before the wait.
+///
+/// Handlers fire it while the connection polls them, and then the connection sees the flag when
+/// that poll returns: no wake-up is scheduled for it. A wake-up per request made the idle worker
+/// thread take the connection's task every time (a context switch per request on the produce
+/// path, 25% more broker CPU per GB for a pipelining producer). A fire from anywhere else (a
+/// spawned task) wakes the connection.
+#[derive(Default)]
+pub struct Applied {
+    fired: AtomicBool,
+    /// True while the connection polls its requests.
+    polling: AtomicBool,
+    waker: AtomicWaker,
+}
 
 impl Applied {
-    pub fn new(signal: tokio::sync::oneshot::Sender<()>) -> Self {
-        Self(std::sync::Mutex::new(Some(signal)))
-    }
-
     /// Fires the signal (once; later calls do nothing).
     pub fn fire(&self) {
-        let taken = self.0.lock().map(|mut s| s.take()).unwrap_or(None);
-        if let Some(s) = taken {
-            let _ = s.send(());
+        if !self.fired.swap(true, Ordering::SeqCst) && !self.polling.load(Ordering::SeqCst) {
+            self.waker.wake();
         }
+    }
+
+    /// Polls `poll` (which polls the request) with the flag that spares `fire` its wake-up, then
+    /// registers `cx` for a fire from elsewhere. True if the signal has fired.
+    pub fn poll_around<T>(&self, cx: &mut Context<'_>, poll: impl FnOnce(&mut Context<'_>) -> T) -> (T, bool) {
+        self.polling.store(true, Ordering::SeqCst);
+        let out = poll(cx);
+        self.polling.store(false, Ordering::SeqCst);
+        if !self.fired.load(Ordering::SeqCst) {
+            self.waker.register(cx.waker());
+        }
+        (out, self.fired.load(Ordering::SeqCst))
     }
 }
 
 /// Handles one request frame. `Ok(None)`: no response (acks=0 produce). `applied` fires when the
-/// request's effects are in place (at the latest when this returns).
+/// request's effects are in place, if that is before this returns.
 pub async fn dispatch(
     broker: &Arc<Broker>,
     frame: Bytes,
     peer: std::net::SocketAddr,
-    applied: tokio::sync::oneshot::Sender<()>,
+    applied: &Applied,
 ) -> Result<Option<BytesMut>, ConnError> {
     let peek = peek_header(&frame)?;
     let Ok(api) = ApiKey::try_from(peek.api_key) else {
@@ -90,7 +112,7 @@ pub async fn dispatch(
     let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
     let span = tracing::debug_span!("request", api = ?api, version = v, correlation_id = peek.correlation_id, client_id = %client_id);
     let corr = peek.correlation_id;
-    let ctx = Ctx { broker, version: v, header: &header, peer, applied: Applied::new(applied) };
+    let ctx = Ctx { broker, version: v, header: &header, peer, applied };
     macro_rules! answer {
         ($fut:expr) => {{
             let resp = $fut.await;
@@ -143,4 +165,56 @@ pub async fn dispatch(
     }
     .instrument(span)
     .await
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Wake, Waker};
+
+    use super::Applied;
+
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_fire_while_the_connection_polls_wakes_nothing_and_is_seen_when_the_poll_returns() {
+        let count = Arc::new(Count::default());
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let a = Applied::default();
+        let ((), fired) = a.poll_around(&mut cx, |_| ());
+        assert!(!fired);
+        let ((), fired) = a.poll_around(&mut cx, |_| a.fire());
+        assert!(fired);
+        a.fire();
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_fire_from_elsewhere_wakes_the_connection_once() {
+        let count = Arc::new(Count::default());
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let a = Arc::new(Applied::default());
+        let ((), fired) = a.poll_around(&mut cx, |_| ());
+        assert!(!fired);
+        let other = a.clone();
+        std::thread::spawn(move || {
+            other.fire();
+            other.fire();
+        })
+        .join()
+        .unwrap();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        let ((), fired) = a.poll_around(&mut cx, |_| ());
+        assert!(fired);
+    }
 }

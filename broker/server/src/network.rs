@@ -12,6 +12,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -20,7 +21,7 @@ use futures_util::stream::FuturesOrdered;
 use oxbow_protocol::frame;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -143,6 +144,33 @@ async fn read_frames(
     }
 }
 
+type Answer = Result<Option<BytesMut>, ConnError>;
+
+enum Step {
+    /// The request being applied fired its signal and goes on waiting.
+    Applied,
+    /// Request number `.0` finished (the oldest in flight: answers go out in order).
+    Done(u64, Answer),
+}
+
+/// The next answer in order, or the signal of the request being applied, whichever comes first.
+fn next_step<'a, F: Future<Output = (u64, Answer)>>(
+    pending: &'a mut FuturesOrdered<F>,
+    applying: Option<&'a handlers::Applied>,
+) -> impl Future<Output = Step> + 'a {
+    std::future::poll_fn(move |cx| {
+        let (next, fired) = match applying {
+            Some(a) => a.poll_around(cx, |cx| pending.poll_next_unpin(cx)),
+            None => (pending.poll_next_unpin(cx), false),
+        };
+        match next {
+            Poll::Ready(Some((n, r))) => Poll::Ready(Step::Done(n, r)),
+            _ if fired => Poll::Ready(Step::Applied),
+            _ => Poll::Pending,
+        }
+    })
+}
+
 async fn connection(
     stream: TcpStream,
     peer: std::net::SocketAddr,
@@ -155,38 +183,46 @@ async fn connection(
     let (tx, mut rx) = mpsc::channel::<Frame>(max_inflight);
     let reader = tokio::spawn(read_frames(rd, tx, limits, broker.config.socket_request_max_bytes, token));
     let mut pending = FuturesOrdered::new();
-    // The request whose effects are not yet applied: the next one starts when it signals
-    // (see `handlers::Applied`), so requests of one connection take effect in order while their
-    // waits (replication, long polls) overlap and their answers stay pipelined.
-    let mut applying: Option<oneshot::Receiver<()>> = None;
+    // The request whose effects are not yet applied, and its number: the next one starts when it
+    // fires its signal or finishes (see `handlers::Applied`), so requests of one connection take
+    // effect in order while their waits (replication, long polls) overlap and their answers stay
+    // pipelined.
+    let mut applying: Option<(u64, Arc<handlers::Applied>)> = None;
+    let mut started = 0u64;
     let mut reading = true;
     let result = loop {
         tokio::select! {
             f = rx.recv(), if reading && applying.is_none() && pending.len() < max_inflight => match f {
                 Some(f) => {
                     let broker = broker.clone();
-                    let (applied, signal) = oneshot::channel();
-                    applying = Some(signal);
+                    let applied = Arc::new(handlers::Applied::default());
+                    started += 1;
+                    applying = Some((started, applied.clone()));
+                    let n = started;
                     pending.push_back(async move {
-                        let r = handlers::dispatch(&broker, f.body, peer, applied).await;
+                        let r = handlers::dispatch(&broker, f.body, peer, &applied).await;
                         drop(f._permits);
-                        r
+                        (n, r)
                     });
                 }
                 None => reading = false,
             },
-            // Fired, or dropped when the request finished without firing it.
-            _ = async { if let Some(s) = applying.as_mut() { let _ = s.await; } }, if applying.is_some() => {
-                applying = None;
-            }
-            Some(r) = pending.next(), if !pending.is_empty() => match r {
-                Ok(Some(resp)) => {
-                    if let Err(e) = wr.write_all(&resp).await {
-                        break Err(e.into());
+            step = next_step(&mut pending, applying.as_ref().map(|(_, a)| &**a)), if !pending.is_empty() => match step {
+                Step::Applied => applying = None,
+                Step::Done(n, r) => {
+                    if applying.as_ref().is_some_and(|(m, _)| *m == n) {
+                        applying = None;
+                    }
+                    match r {
+                        Ok(Some(resp)) => {
+                            if let Err(e) = wr.write_all(&resp).await {
+                                break Err(e.into());
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => break Err(e),
                     }
                 }
-                Ok(None) => {}
-                Err(e) => break Err(e),
             },
             else => break Ok(()),
         }
