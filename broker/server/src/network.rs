@@ -149,12 +149,12 @@ type Answer = Result<Option<BytesMut>, ConnError>;
 enum Step {
     /// The request being applied fired its signal and goes on waiting.
     Applied,
-    /// Request number `.0` finished (the oldest in flight: answers go out in order).
-    Done(u64, Answer),
+    /// The oldest request in flight finished (answers go out in order).
+    Done(Answer),
 }
 
 /// The next answer in order, or the signal of the request being applied, whichever comes first.
-fn next_step<'a, F: Future<Output = (u64, Answer)>>(
+fn next_step<'a, F: Future<Output = Answer>>(
     pending: &'a mut FuturesOrdered<F>,
     applying: Option<&'a handlers::Applied>,
 ) -> impl Future<Output = Step> + 'a {
@@ -164,7 +164,7 @@ fn next_step<'a, F: Future<Output = (u64, Answer)>>(
             None => (pending.poll_next_unpin(cx), false),
         };
         match next {
-            Poll::Ready(Some((n, r))) => Poll::Ready(Step::Done(n, r)),
+            Poll::Ready(Some(r)) => Poll::Ready(Step::Done(r)),
             _ if fired => Poll::Ready(Step::Applied),
             _ => Poll::Pending,
         }
@@ -183,12 +183,11 @@ async fn connection(
     let (tx, mut rx) = mpsc::channel::<Frame>(max_inflight);
     let reader = tokio::spawn(read_frames(rd, tx, limits, broker.config.socket_request_max_bytes, token));
     let mut pending = FuturesOrdered::new();
-    // The request whose effects are not yet applied, and its number: the next one starts when it
-    // fires its signal or finishes (see `handlers::Applied`), so requests of one connection take
-    // effect in order while their waits (replication, long polls) overlap and their answers stay
-    // pipelined.
-    let mut applying: Option<(u64, Arc<handlers::Applied>)> = None;
-    let mut started = 0u64;
+    // The request whose effects are not yet applied: the next one starts when it fires its
+    // signal or finishes (see `handlers::Applied`), so requests of one connection take effect in
+    // order while their waits (replication, long polls) overlap and their answers stay pipelined.
+    // Nothing starts after it, so it is the newest in flight: it has finished when none is left.
+    let mut applying: Option<Arc<handlers::Applied>> = None;
     let mut reading = true;
     let result = loop {
         tokio::select! {
@@ -196,21 +195,19 @@ async fn connection(
                 Some(f) => {
                     let broker = broker.clone();
                     let applied = Arc::new(handlers::Applied::default());
-                    started += 1;
-                    applying = Some((started, applied.clone()));
-                    let n = started;
+                    applying = Some(applied.clone());
                     pending.push_back(async move {
                         let r = handlers::dispatch(&broker, f.body, peer, &applied).await;
                         drop(f._permits);
-                        (n, r)
+                        r
                     });
                 }
                 None => reading = false,
             },
-            step = next_step(&mut pending, applying.as_ref().map(|(_, a)| &**a)), if !pending.is_empty() => match step {
+            step = next_step(&mut pending, applying.as_deref()), if !pending.is_empty() => match step {
                 Step::Applied => applying = None,
-                Step::Done(n, r) => {
-                    if applying.as_ref().is_some_and(|(m, _)| *m == n) {
+                Step::Done(r) => {
+                    if pending.is_empty() {
                         applying = None;
                     }
                     match r {
