@@ -95,7 +95,7 @@ pub struct BatchHeader {
     pub record_count: i32,
 }
 
-fn be_i64(b: &[u8], at: usize) -> i64 {
+pub(crate) fn be_i64(b: &[u8], at: usize) -> i64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     i64::from_be_bytes(a)

@@ -2,13 +2,17 @@
 //!
 //! A pass has three steps so that the partition lock is held only for the first and last:
 //! 1. [`Log::plan_clean`] (under the lock) picks the sealed segments to clean: everything from
-//!    the log start up to the end of the cleanable range (below the high watermark, older than
-//!    `min.compaction.lag.ms`, never the active segment), if the dirty part (after the last
-//!    pass) is at least `min.cleanable.dirty.ratio` of it, or older than
-//!    `max.compaction.lag.ms`. Sealed segments never change, so they can be read unlocked.
+//!    the log start up to the end of the cleanable range (below the last stable offset, so
+//!    every transaction in it is decided, older than `min.compaction.lag.ms`, never the active
+//!    segment), if the dirty part (after the last pass) is at least `min.cleanable.dirty.ratio`
+//!    of it, or older than `max.compaction.lag.ms`, with the aborted transactions of that range
+//!    from the transaction indexes. Sealed segments never change, so they can be read unlocked.
 //! 2. [`clean`] (no lock) maps each key of the dirty part to its latest offset, then rewrites
 //!    every planned segment into `.cleaning/`, keeping a record if it is the latest for its
 //!    key, dropping records without a key and tombstones older than `delete.retention.ms`.
+//!    Batches of aborted transactions are dropped and never count as a key's latest value, as
+//!    Kafka's cleaner does; control batches (markers) are all kept, so a cleaned segment keeps
+//!    its `.txnindex` as it was.
 //!    Untouched batches are copied byte for byte; others are re-encoded with their original
 //!    offsets, compression, producer fields and timestamp type. Each output is fsynced and
 //!    indexed there.
@@ -19,10 +23,11 @@
 //!    indexes are rebuilt) and drops `.cleaning/`. Fetches that planned a read of an old
 //!    segment keep reading its (unlinked) file; later ones see the cleaned one.
 //!
-//! A segment left empty is deleted (except the first). Not yet like Kafka: small segments are
-//! not merged; a re-encoded batch starts at its first kept record and a batch left empty goes
-//! (Kafka keeps the original base offset and last offset delta, and an empty batch, which
-//! preserve an idempotent producer's last sequence); the key map is not bounded by
+//! A segment left empty is deleted (except the first). Not yet like Kafka: markers are kept
+//! forever (Kafka drops one after `delete.retention.ms` once its transaction has no data left);
+//! small segments are not merged; a re-encoded batch starts at its first kept record and a batch
+//! left empty goes (Kafka keeps the original base offset and last offset delta, and an empty
+//! batch, which preserve an idempotent producer's last sequence); the key map is not bounded by
 //! `log.cleaner.dedupe.buffer.size`; tombstone age is the record's timestamp (the append time for
 //! LogAppendTime batches) rather than a delete horizon written into the batch.
 
@@ -66,6 +71,20 @@ pub struct CleanPlan {
     /// End (exclusive) of what this pass covers.
     pub end: i64,
     delete_retention_ms: i64,
+    /// Aborted transactions overlapping the planned range: producer id -> (first, marker).
+    aborted: HashMap<i64, Vec<(i64, i64)>>,
+}
+
+impl CleanPlan {
+    /// Whether `h` is a data batch of an aborted transaction.
+    fn is_aborted(&self, h: &BatchHeader) -> bool {
+        h.is_transactional()
+            && !h.is_control()
+            && self
+                .aborted
+                .get(&h.producer_id)
+                .is_some_and(|txns| txns.iter().any(|(first, last)| *first <= h.base_offset && h.base_offset <= *last))
+    }
 }
 
 /// One rewritten segment, ready to be swapped in.
@@ -127,7 +146,7 @@ pub fn clean(plan: &CleanPlan, now_ms: i64) -> Result<Cleaned> {
     let mut latest: HashMap<Bytes, i64> = HashMap::new();
     for seg in plan.segments.iter().filter(|s| s.next > plan.first_dirty) {
         for_each_batch(seg, |h, bytes| {
-            if h.is_control() || h.last_offset() < plan.first_dirty {
+            if h.is_control() || h.last_offset() < plan.first_dirty || plan.is_aborted(h) {
                 return Ok(());
             }
             for r in decode(seg, h, bytes)?.records {
@@ -150,6 +169,12 @@ pub fn clean(plan: &CleanPlan, now_ms: i64) -> Result<Cleaned> {
         for_each_batch(seg, |h, bytes| {
             if h.is_control() {
                 buf.extend_from_slice(&bytes);
+                return Ok(());
+            }
+            if plan.is_aborted(h) {
+                let n = u64::try_from(h.record_count).unwrap_or(0);
+                stats.records_read += n;
+                removed_here += n;
                 return Ok(());
             }
             let log_append_time = h.is_log_append_time();
@@ -271,10 +296,11 @@ impl Log {
             return None;
         }
         let lag_limit = now_ms.saturating_sub(c.min_compaction_lag_ms);
+        let stable = self.last_stable_offset();
         let mut segments = Vec::new();
         for s in self.sealed_segments() {
             let core = &s.core;
-            if core.next_offset > self.high_watermark() || core.max_timestamp > lag_limit {
+            if core.next_offset > stable || core.max_timestamp > lag_limit {
                 break;
             }
             segments.push((
@@ -309,6 +335,19 @@ impl Log {
         if ratio < c.min_cleanable_dirty_ratio && !overdue {
             return None;
         }
+        let start = segments.first().map_or(end, |(s, _)| s.base);
+        let mut aborted: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+        match self.collect_aborted(start, end) {
+            Ok(txns) => {
+                for t in txns {
+                    aborted.entry(t.producer_id).or_default().push((t.first_offset, t.last_offset));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(dir = %self.dir().display(), error = %e, "cannot read transaction indexes; not cleaning");
+                return None;
+            }
+        }
         Some(CleanPlan {
             dir: self.dir().to_path_buf(),
             settings: SegmentSettings {
@@ -319,6 +358,7 @@ impl Log {
             first_dirty,
             end,
             delete_retention_ms: c.delete_retention_ms,
+            aborted,
         })
     }
 
@@ -360,7 +400,11 @@ impl Log {
             }
             sync_dir(&dir)?;
             c.segment.relocate(&dir);
-            // The old segment's files are already replaced: drop it without deleting by name.
+            // The old segment's files are already replaced (its `.txnindex` stays, unchanged):
+            // drop it without deleting by name.
+            if let Some(old) = self.remove_sealed(c.base) {
+                c.segment.adopt_txn_index(old);
+            }
             drop(self.replace_sealed(c.base, c.segment));
             swapped += 1;
         }

@@ -28,6 +28,13 @@ pub enum LogError {
     OutOfOrderSequence { producer_id: i64, expected: i32, got: i32 },
     #[error("producer {producer_id}: epoch {got} is older than the current epoch {current}")]
     ProducerFenced { producer_id: i64, current: i16, got: i16 },
+    /// A marker from a transaction coordinator older than the last one that wrote for this
+    /// producer (Kafka's TRANSACTION_COORDINATOR_FENCED).
+    #[error("producer {producer_id}: coordinator epoch {got} is older than the last marker's {current}")]
+    CoordinatorFenced { producer_id: i64, current: i32, got: i32 },
+    /// A write the producer's transaction state does not allow (Kafka's INVALID_TXN_STATE).
+    #[error("producer {producer_id}: {reason}")]
+    InvalidTxnState { producer_id: i64, reason: String },
     #[error("segment full: a single batch of {size} bytes does not fit in segment.bytes={max}")]
     BatchLargerThanSegment { size: usize, max: u64 },
     #[error("I/O error on {path}: {source}")]

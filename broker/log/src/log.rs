@@ -1,5 +1,6 @@
 //! One partition's log: a run of sealed segments and one active segment, the log start offset,
-//! the high watermark, the recovery point and the idempotent producer state.
+//! the high watermark, the recovery point and the producer state (idempotence and
+//! transactions; markers, aborted transactions and the last stable offset are in [`txn`]).
 //!
 //! Durability of [`Log::append`]: the batch is in the page cache (readable by fetches up to the
 //! high watermark) on return; it is on disk once the log is flushed, which happens inside
@@ -25,6 +26,8 @@ use crate::error::{LogError, Result};
 use crate::producer_state::{ProducerState, SeqCheck};
 use crate::recompress::recompress;
 use crate::segment::{self, ActiveSegment, SealedSegment, SegmentSettings, read_at, scan_log};
+
+mod txn;
 
 /// How a log is opened.
 #[derive(Debug, Clone, Copy)]
@@ -141,12 +144,12 @@ fn settings(c: &LogConfig) -> SegmentSettings {
     SegmentSettings { index_interval_bytes: c.index_interval_bytes, max_index_bytes: c.segment_index_bytes }
 }
 
-fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
+pub(crate) fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
     dir.join(segment::file_name(offset, "snapshot"))
 }
 
 /// Base offsets of files with extension `ext` in `dir`, sorted.
-fn list_offsets(dir: &Path, ext: &str) -> Result<Vec<i64>> {
+pub(crate) fn list_offsets(dir: &Path, ext: &str) -> Result<Vec<i64>> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(LogError::io(dir))? {
         let entry = entry.map_err(LogError::io(dir))?;
@@ -179,7 +182,7 @@ impl Log {
         }
         let bases = list_offsets(dir, "log")?;
         // Orphan index files (their log is gone) are removed.
-        for ext in ["index", "timeindex"] {
+        for ext in ["index", "timeindex", "txnindex"] {
             for o in list_offsets(dir, ext)? {
                 if bases.binary_search(&o).is_err() {
                     let _ = std::fs::remove_file(dir.join(segment::file_name(o, ext)));
@@ -193,7 +196,7 @@ impl Log {
         for (i, &base) in bases.iter().enumerate() {
             if cut_after.is_some() {
                 // Everything after a corrupt segment is dropped, as Kafka does.
-                for ext in ["log", "index", "timeindex"] {
+                for ext in ["log", "index", "timeindex", "txnindex"] {
                     let _ = std::fs::remove_file(dir.join(segment::file_name(base, ext)));
                 }
                 continue;
@@ -270,7 +273,7 @@ impl Log {
             epochs: EpochCache::default(),
         };
         log.epochs = log.load_epochs()?;
-        log.load_producer_state(opts.clean_shutdown)?;
+        log.load_producer_state(opts.clean_shutdown, true)?;
         report.producers_loaded = log.producers.len();
         if !opts.clean_shutdown {
             log.write_producer_snapshot(leo)?;
@@ -355,6 +358,7 @@ impl Log {
             return Err(crate::error::BatchError::Corrupt(why).into());
         }
         let end = it.position();
+        Self::check_control_batches(records, &placed)?;
         let (Some(first), Some(last)) = (placed.first().map(|p| p.1), placed.last().map(|p| p.1)) else {
             return Ok(AppendResult {
                 base_offset: leo,
@@ -379,7 +383,7 @@ impl Log {
             self.roll(now_ms)?;
         }
         self.active.append(&records[..end], &placed)?;
-        let records_n = self.appended(&placed, now_ms)?;
+        let records_n = self.appended(&records[..end], &placed, now_ms)?;
         Ok(AppendResult {
             base_offset: first.base_offset,
             last_offset: last.last_offset(),
@@ -391,11 +395,11 @@ impl Log {
         })
     }
 
-    /// After batches were written: producer state, and a flush once `flush.messages` is
-    /// reached. Returns the number of records written.
-    fn appended(&mut self, placed: &[(Range<usize>, BatchHeader)], now_ms: i64) -> Result<i64> {
-        for (_, h) in placed {
-            self.producers.record(h);
+    /// After batches (`placed` in `bytes`) were written: producer state and transactions, and
+    /// a flush once `flush.messages` is reached. Returns the number of records written.
+    fn appended(&mut self, bytes: &[u8], placed: &[(Range<usize>, BatchHeader)], now_ms: i64) -> Result<i64> {
+        for (range, h) in placed {
+            self.record_batch(h, &bytes[range.clone()])?;
         }
         let records_n = match (placed.first(), placed.last()) {
             (Some((_, first)), Some((_, last))) => last.next_offset() - first.base_offset,
@@ -450,8 +454,7 @@ impl Log {
         self.high_watermark = self.high_watermark.min(leo);
         self.recovery_point = self.recovery_point.min(leo);
         self.cleaner_offset = self.cleaner_offset.min(leo);
-        self.producers = ProducerState::default();
-        self.load_producer_state(false)?;
+        self.load_producer_state(false, false)?;
         Ok(leo)
     }
 
@@ -485,77 +488,15 @@ impl Log {
         Ok(())
     }
 
-    /// Loads the newest usable snapshot at or below the log end and replays the batches after
-    /// it. Snapshots above the log end (the log was truncated) are deleted.
-    fn load_producer_state(&mut self, clean: bool) -> Result<()> {
-        let leo = self.log_end_offset();
-        let mut snaps = list_offsets(&self.dir, "snapshot")?;
-        for &o in snaps.iter().filter(|&&o| o > leo) {
-            let _ = std::fs::remove_file(snapshot_path(&self.dir, o));
-        }
-        snaps.retain(|&o| o <= leo);
-        let mut from = self.first_segment_base();
-        while let Some(o) = snaps.pop() {
-            let p = snapshot_path(&self.dir, o);
-            match std::fs::read(&p).ok().and_then(|b| ProducerState::from_snapshot(&b)) {
-                Some(state) => {
-                    self.producers = state;
-                    from = o;
-                    break;
-                }
-                None => {
-                    tracing::warn!(path = %p.display(), "producer snapshot unreadable; ignoring it");
-                    let _ = std::fs::remove_file(&p);
-                }
-            }
-        }
-        if clean && from == leo {
-            return Ok(());
-        }
-        let mut batches: Vec<BatchHeader> = Vec::new();
-        let segs: Vec<(Arc<File>, PathBuf, i64, i64, u64)> = self
-            .sealed
-            .values()
-            .map(|s| {
-                (
-                    s.core.file.clone(),
-                    s.core.log_path.clone(),
-                    s.core.base_offset,
-                    s.core.next_offset,
-                    s.lookup_position(from),
-                )
-            })
-            .chain(std::iter::once((
-                self.active.core.file.clone(),
-                self.active.core.log_path.clone(),
-                self.active.core.base_offset,
-                self.active.core.next_offset,
-                self.active.lookup_position(from),
-            )))
-            .collect();
-        for (file, path, base, next, pos) in segs {
-            if next <= from {
-                continue;
-            }
-            let start = if base >= from { 0 } else { pos };
-            scan_log(&file, &path, start, base, |_, h| {
-                if h.last_offset() >= from && h.has_producer_id() {
-                    batches.push(*h);
-                }
-            })?;
-        }
-        for h in &batches {
-            self.producers.record(h);
-        }
-        Ok(())
-    }
-
     fn write_producer_snapshot(&self, offset: i64) -> Result<()> {
         write_atomic(&snapshot_path(&self.dir, offset), &self.producers.to_snapshot())?;
-        // Keep the two newest snapshots.
+        // Keep the two newest snapshots, and those of segments a crash would make recovery
+        // rescan (past the recovery point): rebuilding their transaction indexes replays from
+        // their start.
+        let rescan_from = self.sealed.range(..=self.recovery_point).next_back().map_or(i64::MIN, |(b, _)| *b);
         let snaps = list_offsets(&self.dir, "snapshot")?;
         if snaps.len() > 2 {
-            for o in &snaps[..snaps.len() - 2] {
+            for o in snaps[..snaps.len() - 2].iter().filter(|o| **o < rescan_from) {
                 let _ = std::fs::remove_file(snapshot_path(&self.dir, *o));
             }
         }
@@ -631,6 +572,7 @@ impl Log {
     /// end and never goes backwards here).
     pub fn set_high_watermark(&mut self, hw: i64) {
         self.high_watermark = hw.clamp(self.high_watermark.min(self.log_end_offset()), self.log_end_offset());
+        self.producers.on_high_watermark(self.high_watermark);
     }
 
     /// Appends validated producer batches from `records` (the produce request's record set),
@@ -707,7 +649,7 @@ impl Log {
         }
         self.epochs.assign(leader_epoch, first.base_offset, &self.dir)?;
         self.active.append(&buf, &placed)?;
-        let records_n = self.appended(&placed, now_ms)?;
+        let records_n = self.appended(&buf, &placed, now_ms)?;
         Ok(AppendResult {
             base_offset: first.base_offset,
             last_offset: last.last_offset(),

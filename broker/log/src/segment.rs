@@ -1,5 +1,5 @@
-//! Segments: a `.log` file of record batches plus its two sparse indexes, named by the
-//! segment's base offset as 20 zero-padded digits.
+//! Segments: a `.log` file of record batches plus its two sparse indexes and its transaction
+//! index ([`crate::txn_index`]), named by the segment's base offset as 20 zero-padded digits.
 //!
 //! [`ActiveSegment`] is the only writable type. [`SealedSegment`] is what a segment becomes when
 //! the log rolls: its indexes are trimmed and reopened read-only. Writes to the active segment
@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::batch::{BatchHeader, BatchIter, HEADER_LEN, Stop};
 use crate::error::{LogError, Result};
 use crate::index::{IndexReader, IndexView, IndexWriter, OffsetEntry, TimeEntry};
+use crate::txn_index::{AbortedTxn, TxnIndex};
 
 /// Chunk size for sequential scans during recovery.
 const SCAN_CHUNK: usize = 1 << 20;
@@ -43,6 +44,11 @@ pub struct SegmentCore {
     pub file: Arc<File>,
     pub log_path: PathBuf,
     dir: PathBuf,
+    /// Aborted transactions whose marker is in this segment.
+    pub(crate) txn_index: TxnIndex,
+    /// The transaction index must be rebuilt from a replay of the log: the segment was rescanned
+    /// (its tail may have been cut) or the index failed its check.
+    pub(crate) txn_rebuild: bool,
 }
 
 impl SegmentCore {
@@ -51,6 +57,10 @@ impl SegmentCore {
     }
     fn time_index_path(&self) -> PathBuf {
         self.dir.join(file_name(self.base_offset, "timeindex"))
+    }
+
+    pub fn txn_index(&self) -> &TxnIndex {
+        &self.txn_index
     }
 
     /// Position of the first batch whose last offset is >= `offset`, scanning forward from
@@ -98,6 +108,7 @@ impl SegmentCore {
                 tracing::warn!(path = %p.display(), error = %e, "could not delete segment file");
             }
         }
+        self.txn_index.delete();
     }
 }
 
@@ -204,8 +215,10 @@ pub struct SegmentSettings {
 impl ActiveSegment {
     /// Creates a new, empty segment at `base_offset` (replacing any files of that name).
     pub fn create(dir: &Path, base_offset: i64, s: SegmentSettings, now_ms: i64) -> Result<Self> {
-        let (core, _) = Self::new_core(dir, base_offset)?;
+        let (mut core, _) = Self::new_core(dir, base_offset)?;
         core.file.set_len(0).map_err(LogError::io(&core.log_path))?;
+        core.txn_index.reset()?;
+        core.txn_rebuild = false;
         Self::with_fresh_indexes(core, s, now_ms)
     }
 
@@ -251,6 +264,11 @@ impl ActiveSegment {
         let log_path = dir.join(file_name(base_offset, "log"));
         let file = open_log_file(&log_path)?;
         let file_len = file.metadata().map_err(LogError::io(&log_path))?.len();
+        let txn_path = dir.join(file_name(base_offset, "txnindex"));
+        let (txn_index, problem) = TxnIndex::open(&txn_path, base_offset)?;
+        if let Some(why) = &problem {
+            tracing::warn!(path = %txn_path.display(), reason = %why, "transaction index failed its check; rebuilding it");
+        }
         let core = SegmentCore {
             base_offset,
             next_offset: base_offset,
@@ -260,6 +278,8 @@ impl ActiveSegment {
             file: Arc::new(file),
             log_path,
             dir: dir.into(),
+            txn_index,
+            txn_rebuild: problem.is_some(),
         };
         Ok((core, file_len))
     }
@@ -322,6 +342,7 @@ impl ActiveSegment {
         }
         seg.core.size = r.valid_bytes;
         seg.core.next_offset = r.next_offset;
+        seg.core.txn_rebuild = true;
         if r.valid_bytes < file_len {
             seg.core.file.set_len(r.valid_bytes).map_err(LogError::io(&seg.core.log_path))?;
         }
@@ -382,9 +403,24 @@ impl ActiveSegment {
         Ok(())
     }
 
-    /// fsyncs the log file (not the index, which recovery rebuilds).
-    pub fn sync(&self) -> Result<()> {
-        self.core.file.sync_data().map_err(LogError::io(&self.core.log_path))
+    /// fsyncs the log file and the transaction index (not the sparse indexes, which recovery
+    /// rebuilds).
+    pub fn sync(&mut self) -> Result<()> {
+        self.core.file.sync_data().map_err(LogError::io(&self.core.log_path))?;
+        self.core.txn_index.sync()
+    }
+
+    /// Indexes an aborted transaction whose marker was just appended to this segment. Readable
+    /// on return, durable after [`ActiveSegment::sync`] or sealing.
+    pub fn append_aborted_txn(&mut self, txn: &AbortedTxn) -> Result<()> {
+        self.core.txn_index.append(txn)
+    }
+
+    /// Replaces the transaction index with what recovery's replay found.
+    pub(crate) fn rebuild_txn_index(&mut self, entries: &[AbortedTxn]) -> Result<()> {
+        self.core.txn_index.rewrite(entries)?;
+        self.core.txn_rebuild = false;
+        Ok(())
     }
 
     pub fn lookup_position(&self, offset: i64) -> u64 {
@@ -395,9 +431,11 @@ impl ActiveSegment {
         position_for_time(self.core.base_offset, &self.offset_index, &self.time_index, ts)
     }
 
-    /// Seals the segment: final time index entry, indexes trimmed and reopened read-only.
+    /// Seals the segment: final time index entry, indexes trimmed and reopened read-only, the
+    /// transaction index synced (a sealed segment below the recovery point is trusted).
     pub fn seal(mut self) -> Result<SealedSegment> {
         self.append_time_entry();
+        self.core.txn_index.sync()?;
         let offset_index = self.offset_index.seal()?;
         let time_index = self.time_index.seal()?;
         Ok(SealedSegment { core: self.core, offset_index, time_index, flushed: false })
@@ -422,6 +460,7 @@ impl ActiveSegment {
         self.core.size = pos;
         self.core.next_offset = offset.max(self.core.base_offset);
         self.offset_index.truncate_to_key(offset - self.core.base_offset);
+        self.core.txn_index.truncate_to(offset)?;
         // Time index entries may refer to truncated batches; rebuild max timestamp by rescanning.
         self.time_index.truncate_to_key(i64::MIN);
         self.core.max_timestamp = -1;
@@ -516,6 +555,20 @@ impl SealedSegment {
 
     pub fn sync(&self) -> Result<()> {
         self.core.file.sync_data().map_err(LogError::io(&self.core.log_path))
+    }
+
+    /// Replaces the transaction index with what recovery's replay found (synced).
+    pub(crate) fn rebuild_txn_index(&mut self, entries: &[AbortedTxn]) -> Result<()> {
+        self.core.txn_index.rewrite(entries)?;
+        self.core.txn_rebuild = false;
+        Ok(())
+    }
+
+    /// Takes over `old`'s transaction index (the cleaner keeps every control batch, so the
+    /// aborted transactions of a cleaned segment are the original's, and the file stays).
+    pub(crate) fn adopt_txn_index(&mut self, old: SealedSegment) {
+        self.core.txn_index = old.core.txn_index;
+        self.core.txn_rebuild = old.core.txn_rebuild;
     }
 
     pub fn delete(self) {

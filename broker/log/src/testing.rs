@@ -27,17 +27,52 @@ pub fn record(i: i64, ts: i64, payload: usize) -> Record {
 
 /// One batch of `n` records with timestamps `ts0..ts0+n`; `producer` = (id, epoch, base sequence).
 pub fn batch(n: i64, ts0: i64, payload: usize, compression: Compression, producer: Option<(i64, i16, i32)>) -> Bytes {
-    let recs: Vec<Record> = (0..n)
-        .map(|i| {
-            let mut r = record(i, ts0 + i, payload);
-            if let Some((id, epoch, seq)) = producer {
-                r.producer_id = id;
-                r.producer_epoch = epoch;
-                r.sequence = seq + i as i32;
-            }
+    let recs: Vec<Record> = (0..n).map(|i| record(i, ts0 + i, payload)).collect();
+    encode(recs, compression, producer, false)
+}
+
+/// A transactional producer's batch (attributes bit 4) of `n` records with timestamps
+/// `ts0..ts0+n`; `producer` = (id, epoch, base sequence).
+pub fn txn_batch(n: i64, ts0: i64, producer: (i64, i16, i32)) -> Bytes {
+    let recs: Vec<Record> = (0..n).map(|i| record(i, ts0 + i, 0)).collect();
+    encode(recs, Compression::None, Some(producer), true)
+}
+
+/// One batch of keyed records (`None` value: a tombstone), all with timestamp `ts`, from
+/// `producer` if given, transactional if `transactional`.
+pub fn keyed_batch(
+    entries: &[(&str, Option<&str>)],
+    ts: i64,
+    producer: Option<(i64, i16, i32)>,
+    transactional: bool,
+) -> Bytes {
+    let recs: Vec<Record> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| {
+            let mut r = record(i as i64, ts, 0);
+            r.key = Some(Bytes::from(k.to_string()));
+            r.value = v.map(|v| Bytes::from(v.to_string()));
             r
         })
         .collect();
+    encode(recs, Compression::None, producer, transactional)
+}
+
+fn encode(
+    mut recs: Vec<Record>,
+    compression: Compression,
+    producer: Option<(i64, i16, i32)>,
+    transactional: bool,
+) -> Bytes {
+    for (i, r) in recs.iter_mut().enumerate() {
+        r.transactional = transactional;
+        if let Some((id, epoch, seq)) = producer {
+            r.producer_id = id;
+            r.producer_epoch = epoch;
+            r.sequence = seq + i as i32;
+        }
+    }
     let mut buf = BytesMut::new();
     if let Err(e) = RecordBatchEncoder::encode(&mut buf, &recs, &RecordEncodeOptions { version: 2, compression }) {
         unreachable!("encoding test records cannot fail: {e}");

@@ -73,6 +73,13 @@ pub enum BrokerError {
     OutOfOrderSequence(String),
     #[error("{0}")]
     InvalidProducerEpoch(String),
+    /// A transaction marker from a coordinator older than the last one that wrote for the
+    /// producer.
+    #[error("{0}")]
+    TransactionCoordinatorFenced(String),
+    /// A write the producer's transaction state does not allow.
+    #[error("{0}")]
+    InvalidTxnState(String),
     /// The log itself is unusable (I/O error, corruption on disk).
     #[error("{0}")]
     Storage(String),
@@ -173,6 +180,8 @@ impl BrokerError {
             B::OffsetOutOfRange(_) => K::OffsetOutOfRange,
             B::OutOfOrderSequence(_) => K::OutOfOrderSequenceNumber,
             B::InvalidProducerEpoch(_) => K::InvalidProducerEpoch,
+            B::TransactionCoordinatorFenced(_) => K::TransactionCoordinatorFenced,
+            B::InvalidTxnState(_) => K::InvalidTxnState,
             B::Storage(_) => K::KafkaStorageError,
             B::InvalidRequest(_) => K::InvalidRequest,
             B::InvalidConfig(_) => K::InvalidConfig,
@@ -205,6 +214,8 @@ impl From<LogError> for BrokerError {
             LogError::OffsetOutOfRange { .. } => B::OffsetOutOfRange(m),
             LogError::OutOfOrderSequence { .. } => B::OutOfOrderSequence(m),
             LogError::ProducerFenced { .. } => B::InvalidProducerEpoch(m),
+            LogError::CoordinatorFenced { .. } => B::TransactionCoordinatorFenced(m),
+            LogError::InvalidTxnState { .. } => B::InvalidTxnState(m),
             LogError::BatchLargerThanSegment { .. } => B::RecordListTooLarge(m),
             LogError::Io { .. } | LogError::Corrupt { .. } => {
                 tracing::error!(error = %m, "storage error");
