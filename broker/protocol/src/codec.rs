@@ -99,6 +99,12 @@ pub enum AnyRequest {
     DeleteGroups(messages::DeleteGroupsRequest),
     ConsumerGroupHeartbeat(messages::ConsumerGroupHeartbeatRequest),
     ConsumerGroupDescribe(messages::ConsumerGroupDescribeRequest),
+    AddPartitionsToTxn(messages::AddPartitionsToTxnRequest),
+    AddOffsetsToTxn(messages::AddOffsetsToTxnRequest),
+    EndTxn(messages::EndTxnRequest),
+    WriteTxnMarkers(messages::WriteTxnMarkersRequest),
+    DescribeTransactions(messages::DescribeTransactionsRequest),
+    ListTransactions(messages::ListTransactionsRequest),
 }
 
 /// Decodes a whole request frame (without the size prefix) the way the broker does: unknown
@@ -151,6 +157,12 @@ pub fn decode_any(frame: Bytes) -> Result<(RequestHeader, AnyRequest), ProtocolE
         ApiKey::DeleteGroups => AnyRequest::DeleteGroups(decode_body(api, v, &mut body)?),
         ApiKey::ConsumerGroupHeartbeat => AnyRequest::ConsumerGroupHeartbeat(decode_body(api, v, &mut body)?),
         ApiKey::ConsumerGroupDescribe => AnyRequest::ConsumerGroupDescribe(decode_body(api, v, &mut body)?),
+        ApiKey::AddPartitionsToTxn => AnyRequest::AddPartitionsToTxn(decode_body(api, v, &mut body)?),
+        ApiKey::AddOffsetsToTxn => AnyRequest::AddOffsetsToTxn(decode_body(api, v, &mut body)?),
+        ApiKey::EndTxn => AnyRequest::EndTxn(decode_body(api, v, &mut body)?),
+        ApiKey::WriteTxnMarkers => AnyRequest::WriteTxnMarkers(decode_body(api, v, &mut body)?),
+        ApiKey::DescribeTransactions => AnyRequest::DescribeTransactions(decode_body(api, v, &mut body)?),
+        ApiKey::ListTransactions => AnyRequest::ListTransactions(decode_body(api, v, &mut body)?),
         other => return Err(ProtocolError::Decode { api: other, version: v, reason: "not served".into() }),
     };
     Ok((raw.header, req))

@@ -47,6 +47,15 @@ const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // broker filters its ApiVersions answer): clients switch protocol when they see it.
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    // Transactions (Kafka 4.1's ranges). AddPartitionsToTxn v4+ comes from brokers (KIP-890
+    // verification and implicit adds); EndTxn v5 and Produce v12 from transaction version 2
+    // clients, which use them only once the cluster finalizes `transaction.version` 2.
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::WriteTxnMarkers, 1, 1),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 2),
 ];
 
 /// The advertised version range of one API.

@@ -48,9 +48,15 @@ pub struct Broker {
     pub controller: ControllerClient,
     /// Serializes [`Self::apply_image`].
     apply_lock: Mutex<()>,
+    /// Held while an internal topic is created.
+    creating_internal: tokio::sync::Mutex<()>,
     pub liveness: Arc<Liveness>,
     /// The consumer group coordinator.
     pub groups: Arc<crate::coordinator::Coordinator>,
+    /// The transaction coordinator.
+    pub txns: Arc<crate::txn_coordinator::TxnCoordinator>,
+    /// Requests to other brokers (transaction markers, verification).
+    pub peers: Arc<crate::peers::Peers>,
     /// Request-path counters for the metrics.
     pub stats: crate::stats::Stats,
     /// The replication throttles (`*.replication.throttled.rate`).
@@ -104,7 +110,14 @@ impl Broker {
         let (logs, cluster_id) = LogManager::open(&config)?;
         let view = Arc::new(MetadataView::new(&config));
         let controller = ControllerClient::new(config.node_id, view.subscribe_applied());
+        let peers = Arc::new(crate::peers::Peers::new(config.node_id, view.clone()));
         Ok(Arc::new(Self {
+            txns: Arc::new(crate::txn_coordinator::TxnCoordinator::new(
+                config.transactions,
+                view.clone(),
+                peers.clone(),
+            )),
+            peers,
             quotas: crate::quota::Quotas::new(&config),
             isr_changes: IsrChanges::default(),
             groups: Arc::new(crate::coordinator::Coordinator::new(config.groups.clone())),
@@ -116,6 +129,7 @@ impl Broker {
             logs,
             controller,
             apply_lock: Mutex::new(()),
+            creating_internal: tokio::sync::Mutex::new(()),
             stats: crate::stats::Stats::default(),
             config,
         }))
@@ -311,21 +325,35 @@ impl Broker {
 
     /// `__consumer_offsets`, created through the controller on first use.
     pub async fn offsets_topic(&self) -> Result<Arc<Topic>, BrokerError> {
-        use crate::coordinator::OFFSETS_TOPIC;
-        if let Some(t) = self.topic(OFFSETS_TOPIC) {
+        self.internal_topic(crate::coordinator::OFFSETS_TOPIC, self.groups.offsets_topic_spec()).await
+    }
+
+    /// `__transaction_state`, created through the controller on first use.
+    pub async fn transaction_state_topic(&self) -> Result<Arc<Topic>, BrokerError> {
+        self.internal_topic(oxbow_txn::shard::TRANSACTION_STATE_TOPIC, self.txns.topic_spec()).await
+    }
+
+    /// A coordinator's internal topic, created with `spec` (partitions, replication factor,
+    /// configs) if it does not exist yet; concurrent first users create it once.
+    async fn internal_topic(
+        &self,
+        name: &str,
+        spec: (i32, i16, BTreeMap<String, String>),
+    ) -> Result<Arc<Topic>, BrokerError> {
+        if let Some(t) = self.topic(name) {
             return Ok(t);
         }
-        let _serial = self.groups.creating_offsets_topic().await;
-        if let Some(t) = self.topic(OFFSETS_TOPIC) {
+        let _serial = self.creating_internal.lock().await;
+        if let Some(t) = self.topic(name) {
             return Ok(t);
         }
-        let (partitions, replication_factor, configs) = self.groups.offsets_topic_spec();
-        match self.create_topic(OFFSETS_TOPIC, partitions, replication_factor, None, configs, false).await {
+        let (partitions, replication_factor, configs) = spec;
+        match self.create_topic(name, partitions, replication_factor, None, configs, false).await {
             Ok(Some(t)) => Ok(t),
-            Ok(None) => Err(BrokerError::CoordinatorNotAvailable("offsets topic not created".into())),
-            Err(BrokerError::TopicExists(_)) => self
-                .topic(OFFSETS_TOPIC)
-                .ok_or_else(|| BrokerError::CoordinatorNotAvailable("offsets topic not applied yet".into())),
+            Ok(None) => Err(BrokerError::CoordinatorNotAvailable(format!("{name} not created"))),
+            Err(BrokerError::TopicExists(_)) => {
+                self.topic(name).ok_or_else(|| BrokerError::CoordinatorNotAvailable(format!("{name} not applied yet")))
+            }
             Err(e) => Err(e),
         }
     }

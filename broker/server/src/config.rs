@@ -52,6 +52,24 @@ pub struct GroupSettings {
     pub commit_timeout_ms: u64,
 }
 
+/// The transaction coordinator's settings (`transaction.*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnSettings {
+    pub coordinator: oxbow_txn::TxnConfig,
+    /// `transaction.state.log.num.partitions`
+    pub topic_partitions: i32,
+    /// `transaction.state.log.replication.factor`
+    pub topic_replication_factor: i16,
+    /// `transaction.state.log.min.isr`
+    pub topic_min_isr: i32,
+    /// `transaction.state.log.segment.bytes`
+    pub topic_segment_bytes: i64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
+    pub abort_interval_ms: u64,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`
+    pub expire_interval_ms: u64,
+}
+
 /// The validated broker configuration.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -119,6 +137,7 @@ pub struct BrokerConfig {
     pub cleaner_backoff_ms: u64,
     /// The consumer group coordinator's settings (`group.*`, `offsets.*`).
     pub groups: GroupSettings,
+    pub transactions: TxnSettings,
     /// Defaults for every partition log (topic configs override them).
     pub log: LogConfig,
     /// Effective value of every key in [`KEYS`] (`None`: unset with no default).
@@ -400,6 +419,19 @@ impl BrokerConfig {
             retention_check_interval_ms: req_int("offsets.retention.check.interval.ms")? as u64,
             commit_timeout_ms: req_int("offsets.commit.timeout.ms")? as u64,
         };
+        let transactions = TxnSettings {
+            coordinator: oxbow_txn::TxnConfig {
+                max_timeout_ms: req_int("transaction.max.timeout.ms")? as i32,
+                transactional_id_expiration_ms: req_int("transactional.id.expiration.ms")?,
+                transaction_version: 1,
+            },
+            topic_partitions: req_int("transaction.state.log.num.partitions")? as i32,
+            topic_replication_factor: req_int("transaction.state.log.replication.factor")? as i16,
+            topic_min_isr: req_int("transaction.state.log.min.isr")? as i32,
+            topic_segment_bytes: req_int("transaction.state.log.segment.bytes")?,
+            abort_interval_ms: req_int("transaction.abort.timed.out.transaction.cleanup.interval.ms")? as u64,
+            expire_interval_ms: req_int("transaction.remove.expired.transaction.cleanup.interval.ms")? as u64,
+        };
         let metadata_log_dir = get("metadata.log.dir").map_or_else(|| log_dirs[0].clone(), PathBuf::from);
         Ok(Self {
             node_id,
@@ -446,6 +478,7 @@ impl BrokerConfig {
             cleaner_enable: bool_("log.cleaner.enable"),
             cleaner_backoff_ms: req_int("log.cleaner.backoff.ms")? as u64,
             groups,
+            transactions,
             http_listener: get("oxbow.http.listener").and_then(|v| v.parse().ok()),
             log,
             values,

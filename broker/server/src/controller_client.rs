@@ -25,7 +25,9 @@ pub struct ControllerClient {
     /// This broker's registration epoch (-1: not registered yet).
     epoch: AtomicI64,
     /// The producer id block being handed out: next id, end (exclusive).
-    producer_ids: tokio::sync::Mutex<(i64, i64)>,
+    producer_ids: parking_lot::Mutex<(i64, i64)>,
+    /// Held while a new block is asked for.
+    refilling: tokio::sync::Mutex<()>,
 }
 
 impl ControllerClient {
@@ -35,7 +37,8 @@ impl ControllerClient {
             quorum: OnceLock::new(),
             applied,
             epoch: AtomicI64::new(-1),
-            producer_ids: tokio::sync::Mutex::new((0, 0)),
+            producer_ids: parking_lot::Mutex::new((0, 0)),
+            refilling: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -91,15 +94,39 @@ impl ControllerClient {
     /// A producer id never handed out before in the cluster: from this broker's current block,
     /// or a new block from the active controller.
     pub async fn next_producer_id(&self) -> Result<i64, BrokerError> {
-        let mut block = self.producer_ids.lock().await;
-        if block.0 >= block.1 {
-            match self.execute(Command::AllocateProducerIds { node_id: self.node_id }).await? {
-                Reply::ProducerIds { start, len } => *block = (start, start + len),
-                other => return Err(BrokerError::unexpected_reply(&other)),
+        loop {
+            if let Some(id) = self.try_next_producer_id() {
+                return Ok(id);
             }
+            self.refill_producer_ids().await?;
         }
-        let id = block.0;
-        block.0 += 1;
-        Ok(id)
+    }
+
+    /// A producer id from the current block, if it has one left (no waiting): for callers that
+    /// cannot wait at the point they need it, after [`Self::refill_producer_ids`].
+    pub fn try_next_producer_id(&self) -> Option<i64> {
+        let mut block = self.producer_ids.lock();
+        (block.0 < block.1).then(|| {
+            block.0 += 1;
+            block.0 - 1
+        })
+    }
+
+    /// Makes sure the current block has an id left, asking the active controller for a new
+    /// block if not (one request at a time).
+    pub async fn refill_producer_ids(&self) -> Result<(), BrokerError> {
+        let _one = self.refilling.lock().await;
+        let left = {
+            let block = self.producer_ids.lock();
+            block.0 < block.1
+        };
+        if left {
+            return Ok(());
+        }
+        match self.execute(Command::AllocateProducerIds { node_id: self.node_id }).await? {
+            Reply::ProducerIds { start, len } => *self.producer_ids.lock() = (start, start + len),
+            other => return Err(BrokerError::unexpected_reply(&other)),
+        }
+        Ok(())
     }
 }

@@ -99,11 +99,17 @@ pub enum BrokerError {
     FetchSessionNotFound,
     #[error("offset metadata too large")]
     OffsetMetadataTooLarge,
-    /// A transactional id was given: transactions are not supported yet.
-    #[error("transactions are not supported yet")]
-    TransactionsUnsupported,
+    /// Transactional records without a transactional id (Kafka's answer when the producer may
+    /// not use its transactional id).
+    #[error("{0}")]
+    TransactionalIdAuthorizationFailed(String),
     #[error("{0}")]
     CoordinatorNotAvailable(String),
+    /// A partition of a request some of whose partitions failed, left alone.
+    #[error("not attempted")]
+    OperationNotAttempted,
+    #[error("{0}")]
+    InvalidRegularExpression(String),
 
     // The controller and the quorum.
     #[error("{0}")]
@@ -190,9 +196,10 @@ impl BrokerError {
             B::TimedOut(_) => K::RequestTimedOut,
             B::FetchSessionNotFound => K::FetchSessionIdNotFound,
             B::OffsetMetadataTooLarge => K::OffsetMetadataTooLarge,
-            // Kafka's answer to a transactional producer where transactions cannot be used.
-            B::TransactionsUnsupported => K::TransactionalIdAuthorizationFailed,
+            B::TransactionalIdAuthorizationFailed(_) => K::TransactionalIdAuthorizationFailed,
             B::CoordinatorNotAvailable(_) => K::CoordinatorNotAvailable,
+            B::OperationNotAttempted => K::OperationNotAttempted,
+            B::InvalidRegularExpression(_) => K::InvalidRegularExpression,
             B::NotController(_) => K::NotController,
             B::StaleBrokerEpoch(_) => K::StaleBrokerEpoch,
             B::BrokerNotRegistered(_) => K::BrokerIdNotRegistered,
@@ -304,6 +311,30 @@ impl PeerError {
     }
 }
 
+/// What a partition leader's per-partition answer to WriteTxnMarkers means to the transaction
+/// coordinator that sent it (Kafka's `TransactionMarkerRequestCompletionHandler`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerReply {
+    Written,
+    /// Not written yet (no leader, not enough replicas, a timeout, ...): send it again.
+    Retry,
+    /// A newer coordinator or producer epoch wrote there: this coordinator stops, the one that
+    /// replaced it completes the transaction.
+    Fenced,
+}
+
+impl MarkerReply {
+    pub fn from_code(code: i16) -> Self {
+        match ResponseError::try_from_code(code) {
+            None => MarkerReply::Written,
+            Some(ResponseError::TransactionCoordinatorFenced | ResponseError::InvalidProducerEpoch) => {
+                MarkerReply::Fenced
+            }
+            Some(_) => MarkerReply::Retry,
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -317,7 +348,7 @@ mod tests {
         assert_eq!(BrokerError::TimedOut(String::new()).code(), 7);
         assert_eq!(BrokerError::InvalidRequest(String::new()).code(), 42);
         assert_eq!(BrokerError::from(LogError::OffsetOutOfRange { offset: 9, start: 0, end: 3 }).code(), 1);
-        assert_eq!(BrokerError::TransactionsUnsupported.code(), 53);
+        assert_eq!(BrokerError::TransactionalIdAuthorizationFailed(String::new()).code(), 53);
         assert_eq!(PeerError::from_code(0), PeerError::None);
         assert_eq!(PeerError::from_code(1), PeerError::OffsetOutOfRange);
         assert_eq!(PeerError::from_code(74), PeerError::Other(ResponseError::FencedLeaderEpoch));

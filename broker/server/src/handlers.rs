@@ -33,6 +33,7 @@ mod offsets;
 mod produce;
 mod quorum;
 mod reassignments;
+mod transactions;
 pub mod util;
 
 /// What a handler sees besides its request.
@@ -161,6 +162,12 @@ pub async fn dispatch(
             AnyRequest::DeleteGroups(r) => answer!(groups::delete_groups(&ctx, r)),
             AnyRequest::ConsumerGroupHeartbeat(r) => answer!(consumer_groups::heartbeat(&ctx, r)),
             AnyRequest::ConsumerGroupDescribe(r) => answer!(consumer_groups::describe(&ctx, r)),
+            AnyRequest::AddPartitionsToTxn(r) => answer!(transactions::add_partitions_to_txn(&ctx, r)),
+            AnyRequest::AddOffsetsToTxn(r) => answer!(transactions::add_offsets_to_txn(&ctx, r)),
+            AnyRequest::EndTxn(r) => answer!(transactions::end_txn(&ctx, r)),
+            AnyRequest::WriteTxnMarkers(r) => answer!(transactions::write_txn_markers(&ctx, r)),
+            AnyRequest::DescribeTransactions(r) => answer!(transactions::describe_transactions(&ctx, r)),
+            AnyRequest::ListTransactions(r) => answer!(transactions::list_transactions(&ctx, r)),
         }
     }
     .instrument(span)

@@ -14,6 +14,9 @@
 //! - [`handlers`]: one module per Kafka API; [`errors`]: the single error-code mapping.
 //! - [`coordinator`]: the consumer group coordinator (groups and committed offsets in
 //!   `__consumer_offsets`, state machines from `oxbow-group`).
+//! - [`txn_coordinator`]: the transaction coordinator (transactional ids in
+//!   `__transaction_state`, the state machine from `oxbow-txn`, markers sent through
+//!   [`peers`], this broker's client connections to the others).
 //! - [`tasks`]: retention, flush and checkpoint jobs.
 //! - [`format`]: `oxbow-broker format` (Kafka's `kafka-storage format`), and
 //!   [`ControllerNode`] for `process.roles=controller`.
@@ -40,6 +43,7 @@ pub mod metadata;
 pub mod metadata_view;
 pub mod network;
 pub mod partition;
+pub mod peers;
 pub mod quota;
 pub mod replica;
 pub mod replication;
@@ -48,6 +52,7 @@ pub mod stats;
 pub mod tasks;
 pub mod telemetry;
 pub mod topic_config;
+pub mod txn_coordinator;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -185,6 +190,7 @@ impl Server {
         let mut jobs = JoinSet::new();
         tasks::spawn_all(&mut jobs, self.broker.clone(), token.clone());
         jobs.spawn(self.broker.groups.clone().run_timers(self.broker.view.clone(), token.child_token()));
+        jobs.spawn(self.broker.txns.clone().run_timers(token.child_token()));
         jobs.spawn(replication::run(self.broker.clone(), token.child_token()));
         let (b, stop) = (self.broker.clone(), token.child_token());
         jobs.spawn(async move { isr::run(&b.isr_changes, &b.controller, b.node_id(), stop).await });
@@ -199,6 +205,7 @@ impl Server {
         tracing::info!("shutting down: listener closed, requests drained");
         startup::controlled_shutdown(&self.broker).await;
         self.broker.groups.shutdown().await;
+        self.broker.txns.shutdown().await;
         token.cancel();
         while jobs.join_next().await.is_some() {}
         self.meta_stop.cancel();

@@ -26,7 +26,19 @@ impl Inner {
             log_start: self.log.log_start_offset(),
             high_watermark: self.log.high_watermark(),
             log_end: self.log.log_end_offset(),
+            last_stable: self.log.last_stable_offset(),
             leader_epoch: self.replica.leader_epoch,
+        }
+    }
+
+    /// acks=all: the ISR must have at least `min_insync` replicas before a write.
+    fn check_min_insync(&self, min_insync: Option<i32>) -> Result<(), BrokerError> {
+        match min_insync {
+            Some(m) if !self.replica.enough_in_sync(m) => Err(BrokerError::NotEnoughReplicas(format!(
+                "{} in-sync replicas, min.insync.replicas={m}",
+                self.replica.isr.len()
+            ))),
+            _ => Ok(()),
         }
     }
 
@@ -86,6 +98,9 @@ pub struct Offsets {
     pub log_start: i64,
     pub high_watermark: i64,
     pub log_end: i64,
+    /// How far a read_committed consumer may read: the high watermark, or the first offset of
+    /// a transaction not yet decided (or whose marker is not replicated yet) below it.
+    pub last_stable: i64,
     pub leader_epoch: i32,
 }
 
@@ -167,20 +182,40 @@ impl Partition {
         now_ms: i64,
     ) -> Result<AppendResult, BrokerError> {
         let (result, hw) = self.with(|i| {
-            if let Some(m) = min_insync
-                && !i.replica.enough_in_sync(m)
-            {
-                return Err(BrokerError::NotEnoughReplicas(format!(
-                    "{} in-sync replicas, min.insync.replicas={m}",
-                    i.replica.isr.len()
-                )));
-            }
+            i.check_min_insync(min_insync)?;
             let epoch = i.replica.leader_epoch;
             let r = i.log.append(records, batches, epoch, now_ms)?;
             Ok((r, self.advance_hw(i)))
         })?;
         self.publish(hw.0, hw.1);
         Ok(result)
+    }
+
+    /// Leader: appends the COMMIT or ABORT marker of `producer_id`'s transaction
+    /// (WriteTxnMarkers). `min_insync` as for [`Self::append`].
+    pub fn append_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        commit: bool,
+        min_insync: Option<i32>,
+        now_ms: i64,
+    ) -> Result<AppendResult, BrokerError> {
+        let (result, hw) = self.with(|i| {
+            i.check_min_insync(min_insync)?;
+            let epoch = i.replica.leader_epoch;
+            let r = i.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit, epoch, now_ms)?;
+            Ok((r, self.advance_hw(i)))
+        })?;
+        self.publish(hw.0, hw.1);
+        Ok(result)
+    }
+
+    /// The aborted transactions `(producer id, first offset)` a read_committed fetch from
+    /// `fetch_offset` needs, up to `upper_bound` (exclusive).
+    pub fn aborted_transactions(&self, fetch_offset: i64, upper_bound: i64) -> Result<Vec<(i64, i64)>, BrokerError> {
+        self.with(|i| Ok(i.log.aborted_transactions(fetch_offset, upper_bound)?))
     }
 
     /// Leader: a follower fetched at `offset`. Moves the high watermark; returns the ISR change
@@ -353,14 +388,20 @@ impl Partition {
         self.hw.subscribe()
     }
 
-    /// Plans a fetch read up to the high watermark; also returns the offsets at that instant.
+    /// Plans a fetch read up to the high watermark (`committed`: the last stable offset, for
+    /// read_committed consumers); also returns the offsets at that instant.
     pub fn read(
         &self,
         offset: i64,
         max_bytes: usize,
         min_one: bool,
+        committed: bool,
     ) -> Result<(ReadStart, Offsets), (BrokerError, Option<Offsets>)> {
-        self.plan_read(offset, max_bytes, min_one, |o| o.high_watermark)
+        if committed {
+            self.plan_read(offset, max_bytes, min_one, |o| o.last_stable)
+        } else {
+            self.plan_read(offset, max_bytes, min_one, |o| o.high_watermark)
+        }
     }
 
     /// Plans a read up to the offset `upto` picks from the offsets at that instant.

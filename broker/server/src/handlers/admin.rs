@@ -308,15 +308,14 @@ pub async fn delete_records(ctx: &Ctx<'_>, req: DeleteRecordsRequest) -> DeleteR
 
 /// Idempotent producers get a fresh producer id (epoch 0), or, when they send their current id
 /// and epoch (KIP-360, after an unknown producer or sequence error), the same id with the next
-/// epoch. Transactional ids are not supported yet.
+/// epoch. A transactional id goes to the transaction coordinator.
 pub async fn init_producer_id(ctx: &Ctx<'_>, req: InitProducerIdRequest) -> InitProducerIdResponse {
     let b = ctx.broker;
     let mut resp = InitProducerIdResponse::default();
     resp.producer_id = ProducerId(-1);
     resp.producer_epoch = -1;
-    if req.transactional_id.is_some() {
-        resp.error_code = BrokerError::TransactionsUnsupported.code();
-        return resp;
+    if let Some(id) = &req.transactional_id {
+        return super::transactions::init_producer_id(ctx, &req, id).await;
     }
     if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX - 1 {
         resp.producer_id = req.producer_id;
@@ -364,7 +363,8 @@ pub async fn describe_cluster(ctx: &Ctx<'_>, req: DescribeClusterRequest) -> Des
     resp
 }
 
-/// DescribeProducers: the idempotent producer state of each partition (KIP-664).
+/// DescribeProducers: the producer state of each partition (KIP-664): epoch, last sequence and
+/// timestamp, the coordinator epoch of the last marker, the open transaction's first offset.
 pub async fn describe_producers(ctx: &Ctx<'_>, req: DescribeProducersRequest) -> DescribeProducersResponse {
     use oxbow_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
     let b = ctx.broker;
@@ -380,19 +380,33 @@ pub async fn describe_producers(ctx: &Ctx<'_>, req: DescribeProducersRequest) ->
                 None => Err(BrokerError::UnknownTopic("unknown topic or partition".into())),
                 Some(t) => t.led(idx),
             };
-            let producers = found.and_then(|p| p.with_log(|l| l.producer_state().entries()));
+            let producers = found.and_then(|p| {
+                p.with_log(|l| {
+                    let state = l.producer_state();
+                    state
+                        .entries()
+                        .into_iter()
+                        .map(|(id, epoch, last_seq, last_ts)| {
+                            let e = state.get(id);
+                            let coordinator_epoch = e.map_or(-1, |e| e.coordinator_epoch);
+                            let txn_start = e.and_then(|e| e.txn_first_offset).unwrap_or(-1);
+                            (id, epoch, last_seq, last_ts, coordinator_epoch, txn_start)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            });
             match producers {
                 Ok(list) => {
                     pr.active_producers = list
                         .into_iter()
-                        .map(|(id, epoch, last_seq, last_ts)| {
+                        .map(|(id, epoch, last_seq, last_ts, coordinator_epoch, txn_start)| {
                             let mut ps = ProducerState::default();
                             ps.producer_id = ProducerId(id);
                             ps.producer_epoch = i32::from(epoch);
                             ps.last_sequence = last_seq;
                             ps.last_timestamp = last_ts;
-                            ps.coordinator_epoch = -1;
-                            ps.current_txn_start_offset = -1;
+                            ps.coordinator_epoch = coordinator_epoch;
+                            ps.current_txn_start_offset = txn_start;
                             ps
                         })
                         .collect();

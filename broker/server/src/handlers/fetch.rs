@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::select_all;
 use oxbow_log::ReadStart;
-use oxbow_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use oxbow_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use oxbow_protocol::messages::{FetchRequest, FetchResponse};
 use tokio::sync::watch;
 
@@ -93,7 +93,7 @@ fn read_once(
                 let min_one = total == 0;
                 let planned = match (p.check_leader_epoch(w.leader_epoch), follower) {
                     (Err(e), _) => Err((e, p.offsets().ok())),
-                    (Ok(()), None) => p.read(w.fetch_offset, budget, min_one),
+                    (Ok(()), None) => p.read(w.fetch_offset, budget, min_one, read_committed),
                     (Ok(()), Some(replica)) => {
                         match p.follower_fetched(replica, w.fetch_offset, w.log_start, crate::clock::now_ms()) {
                             Ok(Some(change)) => ctx.broker.request_isr_change(w.topic_id, p.clone(), change),
@@ -106,7 +106,7 @@ fn read_once(
                 match planned {
                     Ok((start, offsets)) => {
                         pd.high_watermark = offsets.high_watermark;
-                        pd.last_stable_offset = offsets.high_watermark;
+                        pd.last_stable_offset = offsets.last_stable;
                         pd.log_start_offset = offsets.log_start;
                         if let ReadStart::Plan(plan) = start
                             && (budget > 0 || min_one)
@@ -117,6 +117,15 @@ fn read_once(
                                     total += bytes.len();
                                     if w.throttled {
                                         throttled += bytes.len();
+                                    }
+                                    if read_committed {
+                                        match aborted_in(p, w.fetch_offset, &bytes) {
+                                            Ok(list) => pd.aborted_transactions = Some(list),
+                                            Err(e) => {
+                                                pd.error_code = e.code();
+                                                any_error = true;
+                                            }
+                                        }
                                     }
                                     pd.records = Some(bytes);
                                 }
@@ -132,7 +141,7 @@ fn read_once(
                         pd.error_code = e.code();
                         if let Some(o) = offsets {
                             pd.high_watermark = o.high_watermark;
-                            pd.last_stable_offset = o.high_watermark;
+                            pd.last_stable_offset = o.last_stable;
                             pd.log_start_offset = o.log_start;
                         }
                         any_error = true;
@@ -143,6 +152,24 @@ fn read_once(
         out[w.topic_slot].partitions.push(pd);
     }
     Pass { topics: out, total, throttled, any_error }
+}
+
+/// The aborted transactions a read_committed consumer needs to filter `bytes`, read from
+/// `fetch_offset`: those overlapping the fetched range (Kafka bounds it the same way, by the
+/// offset after the last batch returned).
+fn aborted_in(p: &Partition, fetch_offset: i64, bytes: &Bytes) -> Result<Vec<AbortedTransaction>, BrokerError> {
+    let Some(upper) = oxbow_log::batch::BatchIter::new(bytes).last().map(|(_, h)| h.next_offset()) else {
+        return Ok(Vec::new());
+    };
+    Ok(p.aborted_transactions(fetch_offset, upper)?
+        .into_iter()
+        .map(|(producer_id, first_offset)| {
+            let mut a = AbortedTransaction::default();
+            a.producer_id = oxbow_protocol::messages::ProducerId(producer_id);
+            a.first_offset = first_offset;
+            a
+        })
+        .collect())
 }
 
 /// The response of the pass that ends the fetch; its bytes are counted (metrics, throttle).

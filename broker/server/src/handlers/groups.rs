@@ -35,16 +35,29 @@ async fn find_one(ctx: &Ctx<'_>, key: &str, key_type: i8) -> FoundCoordinator {
         c.error_message = Some(s(e.message()));
         c
     };
-    if key_type != 0 {
-        let what = if key_type == 1 { "transactions are not supported yet" } else { "unknown coordinator key type" };
-        return fail(c, BrokerError::InvalidRequest(format!("key type {key_type}: {what}")));
-    }
     let b = ctx.broker;
-    let topic = match b.offsets_topic().await {
-        Ok(t) => t,
-        Err(e) => return fail(c, BrokerError::CoordinatorNotAvailable(e.message())),
+    let (leader, what) = match key_type {
+        0 => {
+            let topic = match b.offsets_topic().await {
+                Ok(t) => t,
+                Err(e) => return fail(c, BrokerError::CoordinatorNotAvailable(e.message())),
+            };
+            let (leader, partition) = b.groups.coordinator_of(&topic, key);
+            (leader, format!("partition {partition} of __consumer_offsets"))
+        }
+        1 => {
+            if key.is_empty() {
+                return fail(c, BrokerError::InvalidRequest("an empty transactional id".into()));
+            }
+            let topic = match b.transaction_state_topic().await {
+                Ok(t) => t,
+                Err(e) => return fail(c, BrokerError::CoordinatorNotAvailable(e.message())),
+            };
+            let (leader, partition) = b.txns.coordinator_of(&topic, key);
+            (leader, format!("partition {partition} of __transaction_state"))
+        }
+        _ => return fail(c, BrokerError::InvalidRequest(format!("unknown coordinator key type {key_type}"))),
     };
-    let (leader, partition) = b.groups.coordinator_of(&topic, key);
     let endpoint = b.image().brokers.get(&leader).filter(|r| !r.fenced).and_then(|r| r.listeners.first().cloned());
     match endpoint {
         Some(l) => {
@@ -54,12 +67,7 @@ async fn find_one(ctx: &Ctx<'_>, key: &str, key_type: i8) -> FoundCoordinator {
             c.error_message = None;
         }
         None => {
-            return fail(
-                c,
-                BrokerError::CoordinatorNotAvailable(format!(
-                    "partition {partition} of __consumer_offsets has no available leader"
-                )),
-            );
+            return fail(c, BrokerError::CoordinatorNotAvailable(format!("{what} has no available leader")));
         }
     }
     c

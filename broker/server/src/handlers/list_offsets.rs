@@ -1,5 +1,9 @@
 //! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), and
 //! offsets by timestamp (the first record whose timestamp is at or after the target).
+//!
+//! As Kafka's: "latest" is the last fetchable offset, the high watermark, or under
+//! `isolation_level` READ_COMMITTED the last stable offset; a timestamp lookup that lands at or
+//! past it finds nothing.
 
 use oxbow_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use oxbow_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
@@ -13,15 +17,17 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 
-/// (offset, timestamp) for one partition.
-fn lookup(p: &Partition, ts: i64, leader_epoch: i32) -> Result<(i64, i64), BrokerError> {
+/// (offset, timestamp) for one partition; `committed`: READ_COMMITTED.
+fn lookup(p: &Partition, ts: i64, leader_epoch: i32, committed: bool) -> Result<(i64, i64), BrokerError> {
     p.check_leader_epoch(leader_epoch)?;
     let o = p.offsets()?;
+    let fetchable = if committed { o.last_stable } else { o.high_watermark };
+    let found = |r: Option<(i64, i64)>| r.filter(|(off, _)| *off < fetchable).unwrap_or((-1, -1));
     match ts {
-        LATEST => Ok((o.high_watermark, -1)),
+        LATEST => Ok((fetchable, -1)),
         EARLIEST | EARLIEST_LOCAL => Ok((o.log_start, -1)),
-        MAX_TIMESTAMP => Ok(p.with_log(|l| l.max_timestamp_offset())??.map_or((-1, -1), |(off, t)| (off, t))),
-        t if t >= 0 => Ok(p.with_log(|l| l.offset_for_timestamp(t))??.map_or((-1, -1), |(off, t)| (off, t))),
+        MAX_TIMESTAMP => Ok(found(p.with_log(|l| l.max_timestamp_offset())??)),
+        t if t >= 0 => Ok(found(p.with_log(|l| l.offset_for_timestamp(t))??)),
         // Tiered-storage specs (-5 latest tiered, -6 earliest pending upload): no remote log here.
         _ => Ok((-1, -1)),
     }
@@ -30,6 +36,7 @@ fn lookup(p: &Partition, ts: i64, leader_epoch: i32) -> Result<(i64, i64), Broke
 pub async fn handle(ctx: &Ctx<'_>, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let b = ctx.broker;
     let mut resp = ListOffsetsResponse::default();
+    let committed = ctx.version >= 2 && req.isolation_level == 1;
     for t in req.topics {
         let topic = b.topic(t.name.0.as_str());
         let mut tr = ListOffsetsTopicResponse::default();
@@ -45,7 +52,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ListOffsetsRequest) -> ListOffsetsRespon
                 Some(t) => t.led(rp.partition_index),
             };
             let result = part.and_then(|p| {
-                lookup(p, rp.timestamp, rp.current_leader_epoch).map(|r| (r, p.leader_epoch().unwrap_or(-1)))
+                lookup(p, rp.timestamp, rp.current_leader_epoch, committed).map(|r| (r, p.leader_epoch().unwrap_or(-1)))
             });
             match result {
                 Ok(((offset, ts), epoch)) => {

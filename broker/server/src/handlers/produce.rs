@@ -20,6 +20,11 @@ struct Pending {
     wait_for: i64,
 }
 
+/// Topics only the coordinators write.
+fn is_internal(name: &str) -> bool {
+    name == crate::coordinator::OFFSETS_TOPIC || name == oxbow_txn::shard::TRANSACTION_STATE_TOPIC
+}
+
 fn partition_error(index: i32, e: &BrokerError) -> PartitionProduceResponse {
     let mut r = PartitionProduceResponse::default();
     r.index = index;
@@ -48,13 +53,9 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
                 tr.partition_responses.push(fail(BrokerError::InvalidRequiredAcks(acks)));
                 continue;
             }
-            if req.transactional_id.is_some() {
-                tr.partition_responses.push(fail(BrokerError::TransactionsUnsupported));
-                continue;
-            }
-            if topic.as_ref().is_some_and(|t| t.meta.name == crate::coordinator::OFFSETS_TOPIC) {
+            if let Some(internal) = topic.as_ref().map(|t| t.meta.name.as_str()).filter(|n| is_internal(n)) {
                 tr.partition_responses
-                    .push(fail(BrokerError::InvalidTopic("Cannot append to internal topic __consumer_offsets".into())));
+                    .push(fail(BrokerError::InvalidTopic(format!("Cannot append to internal topic {internal}"))));
                 continue;
             }
             let Some(topic) = topic.as_ref() else {
@@ -77,6 +78,12 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
                     continue;
                 }
             };
+            if req.transactional_id.is_none() && batches.iter().any(|b| b.header.is_transactional()) {
+                tr.partition_responses.push(fail(BrokerError::TransactionalIdAuthorizationFailed(
+                    "transactional records need the producer's transactional id".into(),
+                )));
+                continue;
+            }
             if topic.log_config.cleanup_compact
                 && let Err(e) = oxbow_log::cleaner::check_keys(&records)
             {
