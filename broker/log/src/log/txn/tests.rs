@@ -359,14 +359,25 @@ fn followers_replay_markers_into_their_state_and_index() -> R {
     assert_eq!(follower.first_unstable_offset(), Some(6));
     assert_eq!(follower.producer_state().ongoing_transactions(), leader.producer_state().ongoing_transactions());
     assert_eq!(std::fs::read(txn_index_path(&follower, 0))?, std::fs::read(txn_index_path(&leader, 0))?);
-    // A replicated marker this broker cannot parse is refused before anything is written.
-    let mut bad = control::encode_marker(3, 0, EndTxnMarker { commit: true, coordinator_epoch: 0 }, 0)?;
-    crate::batch::patch_offset_and_epoch(&mut bad, 7, 0);
-    bad[crate::batch::HEADER_LEN + 6] = 9; // control key version 9
+    // A marker from a newer leader (control key version 9) is read as the version this
+    // broker knows, as Kafka does: the follower replicates it and commits producer 3.
+    let mut newer = control::encode_marker(3, 0, EndTxnMarker { commit: true, coordinator_epoch: 0 }, 0)?;
+    crate::batch::patch_offset_and_epoch(&mut newer, 7, 0);
+    newer[crate::batch::HEADER_LEN + 6] = 9;
+    let crc = crate::batch::compute_crc(&newer);
+    newer[17..21].copy_from_slice(&crc.to_be_bytes());
+    follower.append_as_follower(&newer, 0)?;
+    follower.set_high_watermark(8);
+    assert_eq!(follower.first_unstable_offset(), None);
+    // One Kafka refuses too (a negative key version) is refused before anything is written.
+    let mut bad = control::encode_marker(4, 0, EndTxnMarker { commit: true, coordinator_epoch: 0 }, 0)?;
+    crate::batch::patch_offset_and_epoch(&mut bad, 8, 0);
+    bad[crate::batch::HEADER_LEN + 5] = 0xff;
+    bad[crate::batch::HEADER_LEN + 6] = 0xff;
     let crc = crate::batch::compute_crc(&bad);
     bad[17..21].copy_from_slice(&crc.to_be_bytes());
     assert!(follower.append_as_follower(&bad, 0).is_err());
-    assert_eq!(follower.log_end_offset(), 7);
+    assert_eq!(follower.log_end_offset(), 8);
     Ok(())
 }
 
