@@ -273,9 +273,9 @@ impl Log {
             epochs: EpochCache::default(),
         };
         log.epochs = log.load_epochs()?;
-        log.load_producer_state(opts.clean_shutdown, true)?;
+        let replayed = log.load_producer_state(opts.clean_shutdown, true)?;
         report.producers_loaded = log.producers.len();
-        if !opts.clean_shutdown {
+        if !opts.clean_shutdown || replayed {
             log.write_producer_snapshot(leo)?;
         }
         Ok((log, report))
@@ -398,8 +398,16 @@ impl Log {
     /// After batches (`placed` in `bytes`) were written: producer state and transactions, and
     /// a flush once `flush.messages` is reached. Returns the number of records written.
     fn appended(&mut self, bytes: &[u8], placed: &[(Range<usize>, BatchHeader)], now_ms: i64) -> Result<i64> {
+        // Every batch is in the log now: producer state follows all of them even if one
+        // transaction index write fails, and the first failure is returned.
+        let mut failed = None;
         for (range, h) in placed {
-            self.record_batch(h, &bytes[range.clone()])?;
+            if let Err(e) = self.record_batch(h, &bytes[range.clone()]) {
+                failed.get_or_insert(e);
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         let records_n = match (placed.first(), placed.last()) {
             (Some((_, first)), Some((_, last))) => last.next_offset() - first.base_offset,
@@ -454,7 +462,9 @@ impl Log {
         self.high_watermark = self.high_watermark.min(leo);
         self.recovery_point = self.recovery_point.min(leo);
         self.cleaner_offset = self.cleaner_offset.min(leo);
-        self.load_producer_state(false, false)?;
+        // A segment reopened for the cut is marked for a transaction index rebuild: the replay
+        // that reloads producer state does it.
+        self.load_producer_state(false, true)?;
         Ok(leo)
     }
 
@@ -697,7 +707,8 @@ impl Log {
             && now_ms - self.last_flush_ms >= self.config.flush_ms
     }
 
-    /// fsyncs everything written so far and moves the recovery point to the log end.
+    /// fsyncs everything written so far and moves the recovery point to the log end (or to the
+    /// first segment whose transaction index awaits a rebuild, see [`Log::txn_rebuild_floor`]).
     pub fn flush(&mut self, now_ms: i64) -> Result<()> {
         for s in self.sealed.values_mut().filter(|s| !s.flushed) {
             s.sync()?;
@@ -706,8 +717,20 @@ impl Log {
         self.active.sync()?;
         self.unflushed_messages = 0;
         self.last_flush_ms = now_ms;
-        self.recovery_point = self.log_end_offset();
+        self.recovery_point = self.log_end_offset().min(self.txn_rebuild_floor());
         Ok(())
+    }
+
+    /// The base offset of the first segment whose transaction index must be rebuilt from the
+    /// log (an index write failed after its marker was written), `i64::MAX` if none. The
+    /// recovery point stays at or below it, so that a crash rescans that segment and rebuilds
+    /// its index; [`Log::close`] rebuilds it before a clean shutdown.
+    fn txn_rebuild_floor(&self) -> i64 {
+        txn::segment_cores(&self.sealed, &self.active)
+            .filter(|c| c.txn_rebuild)
+            .map(|c| c.base_offset)
+            .min()
+            .unwrap_or(i64::MAX)
     }
 
     /// Sealed segments written but not yet synced, and the offset they end at: the caller syncs
@@ -726,6 +749,7 @@ impl Log {
         if self.sealed.values().all(|s| s.flushed) {
             self.recovery_point = self.recovery_point.max(upto);
         }
+        self.recovery_point = self.recovery_point.min(self.txn_rebuild_floor());
     }
 
     /// Plans a read of whole batches starting with the batch that contains `offset`.
@@ -904,6 +928,11 @@ impl Log {
     /// Clean shutdown: sync everything, trim indexes, snapshot producer state at the log end.
     /// Returns the recovery point to checkpoint (the log end).
     pub fn close(mut self, now_ms: i64) -> Result<i64> {
+        if self.txn_rebuild_floor() != i64::MAX {
+            // A transaction index write failed while the log ran: rebuild it (and producer
+            // state) from the log now, so the clean shutdown leaves it complete.
+            self.load_producer_state(false, true)?;
+        }
         self.flush(now_ms)?;
         let leo = self.log_end_offset();
         self.write_producer_snapshot(leo)?;

@@ -411,9 +411,14 @@ impl ActiveSegment {
     }
 
     /// Indexes an aborted transaction whose marker was just appended to this segment. Readable
-    /// on return, durable after [`ActiveSegment::sync`] or sealing.
+    /// on return, durable after [`ActiveSegment::sync`] or sealing. If the write fails the
+    /// index is marked for a rebuild from the log (the marker is in the log already).
     pub fn append_aborted_txn(&mut self, txn: &AbortedTxn) -> Result<()> {
-        self.core.txn_index.append(txn)
+        let r = self.core.txn_index.append(txn);
+        if r.is_err() {
+            self.core.txn_rebuild = true;
+        }
+        r
     }
 
     /// Replaces the transaction index with what recovery's replay found.

@@ -341,6 +341,56 @@ fn a_killed_broker_rebuilds_open_transactions_and_transaction_indexes() -> R {
 }
 
 #[test]
+fn a_failed_index_write_leaves_the_transaction_open_until_the_index_is_rebuilt() -> R {
+    for crash in [true, false] {
+        let d = tempfile::tempdir()?;
+        let mut log = open(d.path(), hand_rolled(), true, 0)?;
+        txn(&mut log, 1, 0, 0, 2)?; // 0..=1
+        txn(&mut log, 2, 0, 0, 1)?; // 2
+        log.flush(0)?;
+        assert_eq!(log.recovery_point(), 3);
+        // The index file cannot be created: its path is taken by a directory.
+        let p = txn_index_path(&log, 0);
+        std::fs::create_dir(&p)?;
+        let err = end(&mut log, 1, 0, false).err().ok_or("the index write must fail")?; // 3
+        assert!(err.is_storage_error(), "{err}");
+        std::fs::remove_dir(&p)?;
+        assert_eq!(log.log_end_offset(), 4, "the marker is in the log");
+        log.set_high_watermark(4);
+        // Open in the producer's entry as in the partition's transactions: the LSO stays at 0.
+        assert_eq!(log.producer_state().get(1).and_then(|e| e.txn_first_offset), Some(0));
+        assert_eq!(log.producer_state().ongoing_transactions(), vec![(0, 1), (2, 2)]);
+        assert_eq!(log.last_stable_offset(), 0);
+        assert_eq!(log.recovery_point(), 0, "a crash must rescan the segment");
+        // The log goes on; flushes keep the recovery point at the segment.
+        end(&mut log, 2, 0, true)?; // 4
+        log.roll(0)?; // its snapshot holds producer 1 open
+        plain(&mut log, 1)?; // 5
+        log.flush(0)?;
+        assert_eq!(log.recovery_point(), 0);
+        let mut log = if crash {
+            let rp = log.recovery_point();
+            drop(log);
+            open(d.path(), hand_rolled(), false, rp)?
+        } else {
+            let rp = log.close(0)?;
+            open(d.path(), hand_rolled(), true, rp)?
+        };
+        // Rebuilt from the log: the abort is indexed and nothing is open.
+        log.set_high_watermark(6);
+        assert_eq!(log.aborted_transactions(0, 6)?, vec![(1, 0)], "crash: {crash}");
+        assert_eq!(index_entries(&log, 0)?.iter().map(|t| t.last_stable_offset).collect::<Vec<_>>(), vec![2]);
+        assert!(log.producer_state().ongoing_transactions().is_empty());
+        assert_eq!(log.last_stable_offset(), 6);
+        // And the snapshot that held producer 1 open is gone: a truncation reloads the truth.
+        log.truncate_to(5, 0)?;
+        assert!(log.producer_state().ongoing_transactions().is_empty());
+        assert_eq!(log.aborted_transactions(0, 5)?, vec![(1, 0)]);
+    }
+    Ok(())
+}
+
+#[test]
 fn followers_replay_markers_into_their_state_and_index() -> R {
     let (ld, fd) = (tempfile::tempdir()?, tempfile::tempdir()?);
     let mut leader = open(ld.path(), LogConfig::default(), true, 0)?;
