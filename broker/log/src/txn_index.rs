@@ -8,9 +8,10 @@
 //! lowest other open transaction, else the marker's offset + 1), which lets a read_committed
 //! fetch stop searching later segments. Kafka's `DumpLogSegments --transaction-index` reads it.
 //!
-//! The file is created with its first entry, as Kafka does, so most segments have none. Writes
-//! are `pwrite`s (readable on return) and durable once the segment is sealed or synced; recovery
-//! rebuilds the index of every segment it rescans.
+//! The file is created with its first entry, as Kafka does, so most segments have none. Appends
+//! are `pwrite`s (readable on return) and durable once the segment is synced; a rebuild replaces
+//! the whole file atomically ([`TxnIndex::rewrite`]); recovery rebuilds the index of every
+//! segment it rescans.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -220,17 +221,54 @@ impl TxnIndex {
         Ok(())
     }
 
-    /// Replaces every entry with `entries` and syncs the file (recovery's rebuild: the segment
-    /// may already be below the recovery point, which trusts its index from then on).
+    /// Replaces every entry with `entries`, durably and atomically (recovery's rebuild and the
+    /// cleaner's output: the segment may already be below the recovery point, which trusts its
+    /// index from then on). The entries go to `NNN.txnindex.tmp`, which is fsynced and renamed
+    /// over the index, then the directory is fsynced: a crash leaves the old index or the new
+    /// one, never a mix (a leftover `.tmp` is removed when the log opens), and a reader holding
+    /// the old file keeps reading it whole. No entries: the file is removed.
     pub(crate) fn rewrite(&mut self, entries: &[AbortedTxn]) -> Result<()> {
-        if self.file.is_none() && entries.is_empty() {
-            return Ok(());
+        if let Some(w) = entries.windows(2).find(|w| w[0].last_offset >= w[1].last_offset) {
+            return Err(LogError::Corrupt {
+                path: self.path.clone(),
+                reason: format!(
+                    "aborted transaction ending at {} after one ending at {}",
+                    w[1].last_offset, w[0].last_offset
+                ),
+            });
         }
-        self.reset()?;
-        for e in entries {
-            self.append(e)?;
+        let dir = self.path.parent().map(Path::to_path_buf).unwrap_or_default();
+        if entries.is_empty() {
+            if self.file.take().is_some() {
+                match std::fs::remove_file(&self.path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(LogError::Io { path: self.path.clone(), source: e });
+                    }
+                    _ => sync_dir(&dir)?,
+                }
+            }
+        } else {
+            let mut tmp = self.path.clone().into_os_string();
+            tmp.push(".tmp");
+            let tmp = PathBuf::from(tmp);
+            let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_bytes()).collect();
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)
+                .map_err(LogError::io(&tmp))?;
+            file.write_all_at(&bytes, 0).map_err(LogError::io(&tmp))?;
+            file.sync_all().map_err(LogError::io(&tmp))?;
+            std::fs::rename(&tmp, &self.path).map_err(LogError::io(&self.path))?;
+            sync_dir(&dir)?;
+            self.file = Some(file);
         }
-        self.sync()
+        self.len = (entries.len() * ENTRY_SIZE) as u64;
+        self.last_offset = entries.last().map(|e| e.last_offset);
+        self.dirty = false;
+        Ok(())
     }
 
     /// fsyncs the file if it was written since the last sync.
@@ -250,6 +288,10 @@ impl TxnIndex {
             tracing::warn!(path = %self.path.display(), error = %e, "could not delete transaction index");
         }
     }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(LogError::io(dir))
 }
 
 #[cfg(test)]
@@ -331,6 +373,43 @@ mod tests {
         let (idx, problem) = TxnIndex::open(&p, 100)?;
         assert!(problem.is_none());
         assert_eq!(idx.entries()?, vec![txn(7, 100, 101, 102)]);
+        Ok(())
+    }
+
+    #[test]
+    fn rewrites_replace_the_file_whole() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(LogError::io("tmp"))?;
+        let p = dir.path().join("00000000000000000100.txnindex");
+        let (mut idx, _) = TxnIndex::open(&p, 100)?;
+        idx.append(&txn(1, 90, 105, 106))?;
+        idx.append(&txn(2, 100, 110, 111))?;
+        idx.sync()?;
+        let before = std::fs::read(&p).map_err(LogError::io(&p))?;
+        // A reader (or a crash) in the middle of the rewrite sees the old index whole: the new
+        // one is written aside and renamed over it, never written into it.
+        let reader = File::open(&p).map_err(LogError::io(&p))?;
+        idx.rewrite(&[txn(7, 100, 101, 102)])?;
+        let mut old = vec![0u8; before.len()];
+        reader.read_exact_at(&mut old, 0).map_err(LogError::io(&p))?;
+        assert_eq!(old, before, "the old file is untouched");
+        assert_eq!(std::fs::read(&p).map_err(LogError::io(&p))?, txn(7, 100, 101, 102).to_bytes().to_vec());
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .map_err(LogError::io(dir.path()))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect();
+        assert_eq!(names, vec!["00000000000000000100.txnindex".to_string()], "no temporary file left");
+        // The handle follows the new file: appends go on after the rewritten entries.
+        idx.append(&txn(8, 103, 104, 105))?;
+        let (reopened, problem) = TxnIndex::open(&p, 100)?;
+        assert!(problem.is_none());
+        assert_eq!(reopened.entries()?, vec![txn(7, 100, 101, 102), txn(8, 103, 104, 105)]);
+        // Entries out of order are refused and change nothing.
+        assert!(idx.rewrite(&[txn(1, 100, 120, 121), txn(2, 100, 110, 111)]).is_err());
+        assert_eq!(idx.len(), 2);
+        // No entries: no file.
+        idx.rewrite(&[])?;
+        assert!(!p.exists() && idx.is_empty());
         Ok(())
     }
 }
