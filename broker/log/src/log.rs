@@ -202,8 +202,8 @@ impl Log {
                 continue;
             }
             let next = bases.get(i + 1).copied();
-            // A sealed segment that ends at or below the recovery point was fsynced (with its
-            // indexes, at sealing) before the point moved past it: trusted after any shutdown,
+            // A sealed segment that ends at or below the recovery point was fsynced (its log and
+            // transaction index) before the point moved past it: trusted after any shutdown,
             // as Kafka recovers only from the recovery point. Its indexes still pass the
             // sanity check or are rebuilt.
             let trusted = next.is_some_and(|n| n <= opts.recovery_point);
@@ -733,18 +733,21 @@ impl Log {
             .unwrap_or(i64::MAX)
     }
 
-    /// Sealed segments written but not yet synced, and the offset they end at: the caller syncs
-    /// them without holding the log and then calls [`Log::mark_flushed`].
+    /// Files of sealed segments written but not yet synced (each log file, and its transaction
+    /// index if it holds unsynced entries), and the offset those segments end at: the caller
+    /// syncs them without holding the log and then calls [`Log::mark_flushed`]. As Kafka flushes
+    /// a rolled segment's transaction index with the segment, in the background.
     pub fn pending_flush(&self) -> Option<(Vec<Arc<File>>, i64)> {
         let pending: Vec<&SealedSegment> = self.sealed.values().filter(|s| !s.flushed).collect();
         let upto = pending.last()?.core.next_offset;
-        Some((pending.iter().map(|s| s.core.file.clone()).collect(), upto))
+        Some((pending.iter().flat_map(|s| s.unsynced_files()).collect(), upto))
     }
 
-    /// Records that every sealed segment below `upto` is on disk.
+    /// Records that every sealed segment below `upto` is on disk (the files
+    /// [`Log::pending_flush`] returned were synced).
     pub fn mark_flushed(&mut self, upto: i64) {
         for s in self.sealed.values_mut().filter(|s| s.core.next_offset <= upto) {
-            s.flushed = true;
+            s.mark_flushed();
         }
         if self.sealed.values().all(|s| s.flushed) {
             self.recovery_point = self.recovery_point.max(upto);

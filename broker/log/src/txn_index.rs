@@ -16,6 +16,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::batch::be_i64;
 use crate::error::{LogError, Result};
@@ -72,8 +73,9 @@ pub struct TxnSearch {
 /// One segment's transaction index. Segments expose appends only on the active segment.
 pub struct TxnIndex {
     path: PathBuf,
-    /// Open once the file exists.
-    file: Option<File>,
+    /// Open once the file exists; shared with the flusher, which syncs it outside the log's
+    /// lock ([`TxnIndex::unsynced_file`]).
+    file: Option<Arc<File>>,
     /// Bytes of whole entries.
     len: u64,
     last_offset: Option<i64>,
@@ -94,7 +96,7 @@ impl TxnIndex {
         };
         let file_len = file.metadata().map_err(LogError::io(path))?.len();
         idx.len = file_len - file_len % ENTRY_SIZE as u64;
-        idx.file = Some(file);
+        idx.file = Some(Arc::new(file));
         let mut problem = (file_len % ENTRY_SIZE as u64 != 0).then(|| format!("{file_len} bytes is not whole entries"));
         match idx.read_all() {
             Ok(entries) => {
@@ -167,9 +169,10 @@ impl TxnIndex {
                 .create(true)
                 .truncate(false)
                 .open(&self.path)
+                .map(Arc::new)
                 .map_err(LogError::io(&self.path))?,
         };
-        Ok(&*self.file.insert(f))
+        Ok(&**self.file.insert(f))
     }
 
     /// Appends an entry (creating the file if needed). Readable on return, durable after
@@ -263,7 +266,7 @@ impl TxnIndex {
             file.sync_all().map_err(LogError::io(&tmp))?;
             std::fs::rename(&tmp, &self.path).map_err(LogError::io(&self.path))?;
             sync_dir(&dir)?;
-            self.file = Some(file);
+            self.file = Some(Arc::new(file));
         }
         self.len = (entries.len() * ENTRY_SIZE) as u64;
         self.last_offset = entries.last().map(|e| e.last_offset);
@@ -278,6 +281,18 @@ impl TxnIndex {
         }
         self.dirty = false;
         Ok(())
+    }
+
+    /// The file, if it was written since the last sync: for a caller that syncs it without
+    /// holding the log and then reports it with [`TxnIndex::mark_synced`].
+    pub fn unsynced_file(&self) -> Option<Arc<File>> {
+        self.file.as_ref().filter(|_| self.dirty).cloned()
+    }
+
+    /// Records that the file handed out by [`TxnIndex::unsynced_file`] was synced. Only for an
+    /// index that takes no appends in between (a sealed segment's).
+    pub(crate) fn mark_synced(&mut self) {
+        self.dirty = false;
     }
 
     /// Removes the file (the segment is deleted).

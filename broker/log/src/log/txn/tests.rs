@@ -199,6 +199,50 @@ fn aborted_transactions_across_segment_rolls() -> R {
 }
 
 #[test]
+fn sealed_transaction_indexes_are_synced_by_the_flusher_before_the_recovery_point_passes() -> R {
+    use std::os::unix::fs::MetadataExt;
+    let d = tempfile::tempdir()?;
+    let mut log = open(d.path(), hand_rolled(), true, 0)?;
+    txn(&mut log, 1, 0, 0, 2)?; // 0..=1
+    end(&mut log, 1, 0, false)?; // 2, indexed in segment 0
+    log.roll(0)?;
+    plain(&mut log, 2)?; // 3..=4, nothing to index
+    log.roll(0)?;
+    let rp = log.recovery_point();
+    // Sealing synced nothing (it runs under the partition lock): the flusher gets both files of
+    // segment 0 and the log file of segment 3, to sync outside the lock.
+    let (files, upto) = log.pending_flush().ok_or("two segments to flush")?;
+    assert_eq!(upto, 5);
+    let inode = |p: PathBuf| std::fs::metadata(p).map(|m| (m.dev(), m.ino()));
+    let mut got: Vec<(u64, u64)> =
+        files.iter().map(|f| f.metadata().map(|m| (m.dev(), m.ino()))).collect::<Result<_, _>>()?;
+    let mut want = vec![
+        inode(d.path().join(file_name(0, "log")))?,
+        inode(txn_index_path(&log, 0))?,
+        inode(d.path().join(file_name(3, "log")))?,
+    ];
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want);
+    assert_eq!(log.recovery_point(), rp, "nothing below it is on disk yet");
+    for f in &files {
+        f.sync_data()?;
+    }
+    log.mark_flushed(upto);
+    assert_eq!(log.recovery_point(), 5);
+    assert!(log.pending_flush().is_none(), "the index counts as synced too");
+    // Log::flush syncs a sealed segment's index as well.
+    end(&mut log, 1, 0, false)?; // 5: nothing open, nothing indexed
+    txn(&mut log, 2, 0, 0, 1)?; // 6
+    end(&mut log, 2, 0, false)?; // 7
+    log.roll(0)?;
+    log.flush(0)?;
+    assert!(log.pending_flush().is_none());
+    assert_eq!(log.recovery_point(), 8);
+    Ok(())
+}
+
+#[test]
 fn the_last_stable_offset_follows_the_high_watermark() -> R {
     let d = tempfile::tempdir()?;
     let mut log = open(d.path(), LogConfig::default(), true, 0)?;
