@@ -10,7 +10,7 @@
 //!
 //! The file is created with its first entry, as Kafka does, so most segments have none. Appends
 //! are `pwrite`s (readable on return) and durable once the segment is synced; a rebuild replaces
-//! the whole file atomically ([`TxnIndex::rewrite`]); recovery rebuilds the index of every
+//! the whole file atomically (`TxnIndex::rewrite`); recovery rebuilds the index of every
 //! segment it rescans.
 
 use std::fs::{File, OpenOptions};
@@ -284,7 +284,7 @@ impl TxnIndex {
     }
 
     /// The file, if it was written since the last sync: for a caller that syncs it without
-    /// holding the log and then reports it with [`TxnIndex::mark_synced`].
+    /// holding the log and then reports it with `TxnIndex::mark_synced`.
     pub fn unsynced_file(&self) -> Option<Arc<File>> {
         self.file.as_ref().filter(|_| self.dirty).cloned()
     }
