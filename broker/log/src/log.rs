@@ -74,7 +74,11 @@ pub struct Log {
     active: ActiveSegment,
     log_start_offset: i64,
     high_watermark: i64,
+    /// Everything below it is on disk (moved by flushes).
     recovery_point: i64,
+    /// The last two recovery points handed to the checkpoint writer, older first: the
+    /// checkpoint file holds one of them (see `Log::recovery_point`).
+    checkpointed: parking_lot::Mutex<[i64; 2]>,
     producers: ProducerState,
     unflushed_messages: i64,
     last_flush_ms: i64,
@@ -210,6 +214,7 @@ impl Log {
             high_watermark: opts.high_watermark.map_or(leo, |hw| hw.clamp(log_start_offset, leo)),
             // After a crash, recovered data is not known to be on disk until the flusher syncs it.
             recovery_point: if opts.clean_shutdown { leo } else { opts.recovery_point.min(leo) },
+            checkpointed: parking_lot::Mutex::new([opts.recovery_point; 2]),
             producers: ProducerState::default(),
             unflushed_messages: 0,
             last_flush_ms: opts.now_ms,
@@ -489,9 +494,6 @@ impl Log {
     }
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark
-    }
-    pub fn recovery_point(&self) -> i64 {
-        self.recovery_point
     }
     pub fn producer_state(&self) -> &ProducerState {
         &self.producers

@@ -66,15 +66,48 @@ impl Log {
         self.recovery_point = self.recovery_point.min(self.txn_rebuild_floor());
     }
 
+    /// The recovery point to checkpoint: everything below it is on disk. Each call is taken to
+    /// be a hand-off to the checkpoint writer (the broker's `recovery-point-offset-checkpoint`,
+    /// the only caller it has), which writes the value after releasing the log; see
+    /// `Log::write_producer_snapshot`.
+    pub fn recovery_point(&self) -> i64 {
+        let mut handed = self.checkpointed.lock();
+        *handed = [handed[1], self.recovery_point];
+        self.recovery_point
+    }
+
+    /// The lowest recovery point the checkpoint file may hold: the value handed to the writer
+    /// last once its write completes, the one before while that write is in flight (checkpoint
+    /// rounds do not overlap, so the write of the one before has completed); until two values
+    /// were handed out, the one read from the file at open. Never above the current recovery
+    /// point (a truncation lowers it).
+    fn checkpointed_recovery_point(&self) -> i64 {
+        let handed = self.checkpointed.lock();
+        handed[0].min(handed[1]).min(self.recovery_point)
+    }
+
+    /// Writes the producer snapshot at `offset` and deletes those recovery can no longer need.
+    ///
+    /// After a crash, recovery rescans from the first segment not wholly below the checkpointed
+    /// recovery point and replays producer state from the newest snapshot at or below that
+    /// segment's base (`Log::load_producer_state`); without one it replays the whole log. So
+    /// that snapshot and every later one are kept, with the two newest. The recovery point that
+    /// counts is the one in the checkpoint file, not the in-memory one, which every flush moves
+    /// ahead of it; the log cannot see the file, so it keeps the lowest value the file may
+    /// hold ([`Log::recovery_point`] hands values to the writer).
     pub(super) fn write_producer_snapshot(&self, offset: i64) -> Result<()> {
         write_atomic(&snapshot_path(&self.dir, offset), &self.producers.to_snapshot())?;
-        // Keep the two newest snapshots, and those of segments a crash would make recovery
-        // rescan (past the recovery point): rebuilding their transaction indexes replays from
-        // their start.
-        let rescan_from = self.sealed.range(..=self.recovery_point).next_back().map_or(i64::MIN, |(b, _)| *b);
+        let checkpointed = self.checkpointed_recovery_point();
+        // Sealed segments ending at or below it are trusted; the active one is always rescanned.
+        let rescan_from = self
+            .sealed
+            .values()
+            .find(|s| s.core.next_offset > checkpointed)
+            .map_or(self.active.core.base_offset, |s| s.core.base_offset);
         let snaps = list_offsets(&self.dir, "snapshot")?;
+        let needed = snaps.iter().rev().find(|&&o| o <= rescan_from).copied().unwrap_or(i64::MIN);
         if snaps.len() > 2 {
-            for o in snaps[..snaps.len() - 2].iter().filter(|o| **o < rescan_from) {
+            for o in snaps[..snaps.len() - 2].iter().filter(|o| **o < needed) {
                 let _ = std::fs::remove_file(snapshot_path(&self.dir, *o));
             }
         }
