@@ -5,14 +5,18 @@
 //!    the log start up to the end of the cleanable range (below the last stable offset, so
 //!    every transaction in it is decided, older than `min.compaction.lag.ms`, never the active
 //!    segment), if the dirty part (after the last pass) is at least `min.cleanable.dirty.ratio`
-//!    of it, or older than `max.compaction.lag.ms`, with the aborted transactions of that range
-//!    from the transaction indexes. Sealed segments never change, so they can be read unlocked.
+//!    of it, or older than `max.compaction.lag.ms`. It reads no file: it takes readers of the
+//!    transaction indexes from the first planned segment on (the entries written so far; an
+//!    index only grows, and a rebuild renames a new file over it) and the segments' files.
+//!    Sealed segments never change, so they can be read unlocked.
 //! 2. [`clean`] (no lock) maps each key of the dirty part to its latest offset, then rewrites
 //!    every planned segment into `.cleaning/`, keeping a record if it is the latest for its
 //!    key, dropping records without a key and tombstones older than `delete.retention.ms`.
 //!    Batches of aborted transactions are dropped and never count as a key's latest value, as
-//!    Kafka's cleaner does; control batches (markers) are all kept, so a cleaned segment keeps
-//!    its `.txnindex` as it was.
+//!    Kafka's cleaner does: the aborted transactions of the range are read from the indexes
+//!    and walked in offset order with the batches ([`txn::CleanedTxns`], Kafka's
+//!    `CleanedTransactionMetadata`). Control batches (markers) are all kept, so a cleaned
+//!    segment keeps its `.txnindex` as it was.
 //!    Untouched batches are copied byte for byte; others are re-encoded with their original
 //!    offsets, compression, producer fields and timestamp type. Each output is fsynced and
 //!    indexed there.
@@ -45,6 +49,11 @@ use crate::checkpoint::write_atomic;
 use crate::error::{LogError, Result};
 use crate::log::Log;
 use crate::segment::{self, SealedSegment, SegmentSettings, read_at};
+use crate::txn_index::TxnIndexReader;
+
+mod txn;
+
+use txn::{CleanedTxns, ControlKind};
 
 /// Where cleaned segments are built, inside the partition directory.
 pub const CLEANING_DIR: &str = ".cleaning";
@@ -71,20 +80,9 @@ pub struct CleanPlan {
     /// End (exclusive) of what this pass covers.
     pub end: i64,
     delete_retention_ms: i64,
-    /// Aborted transactions overlapping the planned range: producer id -> (first, marker).
-    aborted: HashMap<i64, Vec<(i64, i64)>>,
-}
-
-impl CleanPlan {
-    /// Whether `h` is a data batch of an aborted transaction.
-    fn is_aborted(&self, h: &BatchHeader) -> bool {
-        h.is_transactional()
-            && !h.is_control()
-            && self
-                .aborted
-                .get(&h.producer_id)
-                .is_some_and(|txns| txns.iter().any(|(first, last)| *first <= h.base_offset && h.base_offset <= *last))
-    }
+    /// The non-empty transaction indexes from the first planned segment on (the active
+    /// segment's included): aborted transactions of the range may end after it.
+    txn_indexes: Vec<TxnIndexReader>,
 }
 
 /// One rewritten segment, ready to be swapped in.
@@ -142,11 +140,19 @@ pub fn clean(plan: &CleanPlan, now_ms: i64) -> Result<Cleaned> {
     let _ = std::fs::remove_dir_all(&work);
     // Not create_dir_all: a log deleted meanwhile must not get its directory back.
     std::fs::create_dir(&work).map_err(LogError::io(&work))?;
-    // Latest offset of every key in the dirty part.
+    let start = plan.segments.first().map_or(plan.end, |s| s.base);
+    let aborted = txn::collect_aborted(&plan.txn_indexes, start, plan.end)?;
+    // Latest offset of every key in the dirty part, aborted batches left out (their own walk
+    // over the aborted transactions that end in the dirty part, as Kafka's buildOffsetMap).
     let mut latest: HashMap<Bytes, i64> = HashMap::new();
+    let mut walk = CleanedTxns::new(aborted.iter().filter(|t| t.last_offset >= plan.first_dirty).copied().collect());
     for seg in plan.segments.iter().filter(|s| s.next > plan.first_dirty) {
         for_each_batch(seg, |h, bytes| {
-            if h.is_control() || h.last_offset() < plan.first_dirty || plan.is_aborted(h) {
+            if h.is_control() {
+                walk.on_control(h, ControlKind::of(h, &bytes));
+                return Ok(());
+            }
+            if walk.on_data(h) || h.last_offset() < plan.first_dirty {
                 return Ok(());
             }
             for r in decode(seg, h, bytes)?.records {
@@ -161,6 +167,7 @@ pub fn clean(plan: &CleanPlan, now_ms: i64) -> Result<Cleaned> {
         })?;
     }
     let horizon = now_ms.saturating_sub(plan.delete_retention_ms);
+    let mut walk = CleanedTxns::new(aborted);
     let mut stats = CleanStats::default();
     let mut out = Vec::new();
     for seg in &plan.segments {
@@ -168,10 +175,11 @@ pub fn clean(plan: &CleanPlan, now_ms: i64) -> Result<Cleaned> {
         let mut removed_here = 0u64;
         for_each_batch(seg, |h, bytes| {
             if h.is_control() {
+                walk.on_control(h, ControlKind::of(h, &bytes));
                 buf.extend_from_slice(&bytes);
                 return Ok(());
             }
-            if plan.is_aborted(h) {
+            if walk.on_data(h) {
                 let n = u64::try_from(h.record_count).unwrap_or(0);
                 stats.records_read += n;
                 removed_here += n;
@@ -336,18 +344,7 @@ impl Log {
             return None;
         }
         let start = segments.first().map_or(end, |(s, _)| s.base);
-        let mut aborted: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
-        match self.collect_aborted(start, end) {
-            Ok(txns) => {
-                for t in txns {
-                    aborted.entry(t.producer_id).or_default().push((t.first_offset, t.last_offset));
-                }
-            }
-            Err(e) => {
-                tracing::warn!(dir = %self.dir().display(), error = %e, "cannot read transaction indexes; not cleaning");
-                return None;
-            }
-        }
+        let txn_indexes = self.txn_index_readers_from(start);
         Some(CleanPlan {
             dir: self.dir().to_path_buf(),
             settings: SegmentSettings {
@@ -358,7 +355,7 @@ impl Log {
             first_dirty,
             end,
             delete_retention_ms: c.delete_retention_ms,
-            aborted,
+            txn_indexes,
         })
     }
 

@@ -133,31 +133,25 @@ impl TxnIndex {
     }
 
     fn read_all(&self) -> std::result::Result<Vec<AbortedTxn>, String> {
-        let Some(file) = &self.file else { return Ok(Vec::new()) };
-        let mut buf = vec![0u8; self.len as usize];
-        file.read_exact_at(&mut buf, 0).map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
-        buf.chunks_exact(ENTRY_SIZE).map(|c| AbortedTxn::parse(c).map_err(|v| format!("entry version {v}"))).collect()
+        self.reader().read_all()
     }
 
     /// Every entry, in marker order.
     pub fn entries(&self) -> Result<Vec<AbortedTxn>> {
-        self.read_all().map_err(|reason| LogError::Corrupt { path: self.path.clone(), reason })
+        self.reader().entries()
     }
 
     /// The aborted transactions that overlap `[fetch_offset, upper_bound_offset)` (last offset
     /// at or after the start, first offset before the end), as Kafka's `collectAbortedTxns`.
     pub fn collect(&self, fetch_offset: i64, upper_bound_offset: i64) -> Result<TxnSearch> {
-        let mut out = TxnSearch::default();
-        for e in self.entries()? {
-            if e.last_offset >= fetch_offset && e.first_offset < upper_bound_offset {
-                out.aborted.push(e);
-            }
-            if e.last_stable_offset >= upper_bound_offset {
-                out.complete = true;
-                return Ok(out);
-            }
-        }
-        Ok(out)
+        self.reader().collect(fetch_offset, upper_bound_offset)
+    }
+
+    /// A reader of the entries written so far, usable without the log's lock (the cleaner's):
+    /// appends go after them, and a rewrite replaces the file by a rename, which leaves the
+    /// reader's file whole.
+    pub fn reader(&self) -> TxnIndexReader {
+        TxnIndexReader { file: self.file.clone(), path: self.path.clone(), len: self.len }
     }
 
     fn file_for_write(&mut self) -> Result<&File> {
@@ -302,6 +296,49 @@ impl TxnIndex {
         {
             tracing::warn!(path = %self.path.display(), error = %e, "could not delete transaction index");
         }
+    }
+}
+
+/// The entries of a [`TxnIndex`] as they were when [`TxnIndex::reader`] was called.
+#[derive(Clone)]
+pub struct TxnIndexReader {
+    file: Option<Arc<File>>,
+    path: PathBuf,
+    /// Bytes of whole entries.
+    len: u64,
+}
+
+impl TxnIndexReader {
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn read_all(&self) -> std::result::Result<Vec<AbortedTxn>, String> {
+        let Some(file) = &self.file else { return Ok(Vec::new()) };
+        let len = usize::try_from(self.len).map_err(|e| e.to_string())?;
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, 0).map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
+        buf.chunks_exact(ENTRY_SIZE).map(|c| AbortedTxn::parse(c).map_err(|v| format!("entry version {v}"))).collect()
+    }
+
+    /// Every entry, in marker order.
+    pub fn entries(&self) -> Result<Vec<AbortedTxn>> {
+        self.read_all().map_err(|reason| LogError::Corrupt { path: self.path.clone(), reason })
+    }
+
+    /// See [`TxnIndex::collect`].
+    pub fn collect(&self, fetch_offset: i64, upper_bound_offset: i64) -> Result<TxnSearch> {
+        let mut out = TxnSearch::default();
+        for e in self.entries()? {
+            if e.last_offset >= fetch_offset && e.first_offset < upper_bound_offset {
+                out.aborted.push(e);
+            }
+            if e.last_stable_offset >= upper_bound_offset {
+                out.complete = true;
+                return Ok(out);
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -15,7 +15,7 @@ use crate::error::{LogError, Result};
 use crate::log::{AppendResult, Log, list_offsets, snapshot_path};
 use crate::producer_state::ProducerState;
 use crate::segment::{ActiveSegment, SealedSegment, SegmentCore, read_at, scan_log};
-use crate::txn_index::AbortedTxn;
+use crate::txn_index::{AbortedTxn, TxnIndexReader};
 
 /// Applies one appended batch to the producer state. A marker that ends a transaction hands
 /// it to `index` first if it was aborted (with the LSO once it completes), then completes it:
@@ -159,6 +159,16 @@ impl Log {
             }
         }
         Ok(out)
+    }
+
+    /// Readers of the non-empty transaction indexes of the segments from the one holding
+    /// `offset` on, for reading outside the lock (the cleaner). No I/O.
+    pub(crate) fn txn_index_readers_from(&self, offset: i64) -> Vec<TxnIndexReader> {
+        let floor = self.sealed.range(..=offset).next_back().map_or(i64::MIN, |(b, _)| *b);
+        segment_cores(&self.sealed, &self.active)
+            .filter(|c| c.base_offset >= floor && !c.txn_index().is_empty())
+            .map(|c| c.txn_index().reader())
+            .collect()
     }
 
     /// The first offset of a transaction that is open, or whose marker is not yet below the high

@@ -566,3 +566,34 @@ fn compaction_drops_aborted_batches_and_stops_at_the_last_stable_offset() -> R {
     assert_eq!(log.aborted_transactions(0, 9)?, vec![(1, 2)]);
     Ok(())
 }
+
+#[test]
+fn compaction_finds_aborted_transactions_whose_marker_is_past_the_cleaned_range() -> R {
+    let d = tempfile::tempdir()?;
+    let config =
+        LogConfig { cleanup_compact: true, cleanup_delete: false, min_cleanable_dirty_ratio: 0.0, ..hand_rolled() };
+    let mut log = open(d.path(), config, true, 0)?;
+    let keyed =
+        |k: &'static str, v: &'static str, p: (i64, i16, i32)| testing::keyed_batch(&[(k, Some(v))], 0, Some(p), true);
+    produce(&mut log, &keyed("k1", "aborted", (1, 0, 0)))?; // 0: producer 1's transaction A
+    produce(&mut log, &keyed("k1", "committed", (2, 0, 0)))?; // 1
+    end(&mut log, 2, 0, true)?; // 2
+    log.roll(0)?;
+    produce(&mut log, &keyed("k2", "aborted", (1, 0, 1)))?; // 3: still A
+    log.roll(0)?;
+    end(&mut log, 1, 0, false)?; // 4: A aborted, indexed in the active segment
+    produce(&mut log, &keyed("k2", "committed", (1, 0, 2)))?; // 5: producer 1's next transaction
+    end(&mut log, 1, 0, true)?; // 6
+    log.set_high_watermark(7);
+    let plan = log.plan_clean(0).ok_or("dirty enough")?;
+    assert_eq!(plan.end, 4, "the sealed segments: A's marker is past them");
+    // The plan holds the index open: it is read while cleaning, without the log.
+    std::fs::remove_file(txn_index_path(&log, 4))?;
+    let cleaned = crate::cleaner::clean(&plan, 0)?;
+    assert_eq!(cleaned.stats.records_removed, 2, "both batches of A");
+    log.install_cleaned(cleaned)?;
+    let data: Vec<KeyValue> = records(&log)?.into_iter().filter(|r| !r.3).map(|r| (r.0, r.1, r.2)).collect();
+    let s = |o: i64, k: &str, v: &str| (o, k.to_string(), v.to_string());
+    assert_eq!(data, vec![s(1, "k1", "committed"), s(5, "k2", "committed")]);
+    Ok(())
+}
