@@ -62,6 +62,15 @@ impl ProducerEntry {
     }
 }
 
+/// What the log cleaner must keep of a producer (Kafka's `LastRecord`): the batch holding its
+/// last sequence, or with no data batch of its current epoch, its last marker (the epoch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastRecord {
+    /// Last offset of its last data batch of the current epoch.
+    pub last_data_offset: Option<i64>,
+    pub producer_epoch: i16,
+}
+
 /// The outcome of checking a batch against the producer state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SeqCheck {
@@ -102,6 +111,18 @@ impl ProducerState {
             .collect();
         v.sort_unstable();
         v
+    }
+
+    /// Every producer's [`LastRecord`] (Kafka's `lastRecordsOfActiveProducers`).
+    pub fn last_records(&self) -> HashMap<i64, LastRecord> {
+        self.producers
+            .iter()
+            .map(|(id, e)| {
+                let last =
+                    LastRecord { last_data_offset: e.batches.back().map(|b| b.last_offset), producer_epoch: e.epoch };
+                (*id, last)
+            })
+            .collect()
     }
 
     /// Checks a client batch (offsets not yet assigned) against the state.
@@ -171,8 +192,17 @@ impl ProducerState {
             return None;
         }
         if h.is_control() {
-            // Control batches other than markers change nothing.
-            let m = marker?;
+            let Some(m) = marker else {
+                if h.record_count == 0 {
+                    // A marker the cleaner emptied, kept as the producer's last batch: its
+                    // transaction is gone from the log, its epoch still fences older ones.
+                    let entry = self.producers.entry(h.producer_id).or_default();
+                    entry.set_epoch(h.producer_epoch);
+                    entry.last_timestamp = h.max_timestamp;
+                }
+                // Other control batches change nothing.
+                return None;
+            };
             let entry = self.producers.entry(h.producer_id).or_default();
             let done = entry.txn_first_offset.map(|first_offset| CompletedTxn {
                 producer_id: h.producer_id,
@@ -503,6 +533,25 @@ mod tests {
         assert_eq!(s.get(1).and_then(|e| e.txn_first_offset), None);
         assert!(s.ongoing_transactions().is_empty());
         assert_eq!(s.first_undecided_offset(), None);
+    }
+
+    #[test]
+    fn a_marker_the_cleaner_emptied_still_carries_the_epoch() {
+        let mut s = ProducerState::default();
+        s.record(&txn(3, 0, 0, 1, 5), None);
+        // The coordinator aborted with epoch 1; the cleaner later emptied the marker (no record).
+        let emptied = BatchHeader { record_count: 0, ..marker_hdr(3, 1, 6, 2000) };
+        assert_eq!(s.record(&emptied, None), None, "it completes nothing");
+        assert_eq!(s.get(3).map(|e| (e.epoch, e.batches.len(), e.last_timestamp)), Some((1, 0, 2000)));
+        assert!(matches!(s.check(&txn(3, 0, 1, 1, 0)), Err(LogError::ProducerFenced { current: 1, got: 0, .. })));
+        // Another control type with a record changes nothing.
+        assert_eq!(s.record(&marker_hdr(4, 0, 7, 2000), None), None);
+        assert!(s.get(4).is_none());
+        // What the cleaner must keep of each producer.
+        s.record(&hdr(5, 2, 0, 3, 10), None);
+        let last = s.last_records();
+        assert_eq!(last.get(&3), Some(&LastRecord { last_data_offset: None, producer_epoch: 1 }));
+        assert_eq!(last.get(&5), Some(&LastRecord { last_data_offset: Some(12), producer_epoch: 2 }));
     }
 
     #[test]

@@ -547,6 +547,7 @@ impl SealedSegment {
     pub(crate) fn relocate(&mut self, dir: &Path) {
         self.core.dir = dir.into();
         self.core.log_path = dir.join(file_name(self.core.base_offset, "log"));
+        self.core.txn_index.relocate(dir.join(file_name(self.core.base_offset, "txnindex")));
     }
 
     pub(crate) fn dir(&self) -> &Path {
@@ -579,20 +580,12 @@ impl SealedSegment {
         self.core.txn_index.mark_synced();
     }
 
-    /// Replaces the transaction index with what recovery's replay found (synced).
+    /// Replaces the transaction index with what recovery's replay (or the cleaner) found,
+    /// durably.
     pub(crate) fn rebuild_txn_index(&mut self, entries: &[AbortedTxn]) -> Result<()> {
         self.core.txn_index.rewrite(entries)?;
         self.core.txn_rebuild = false;
         Ok(())
-    }
-
-    /// Takes over `old`'s transaction index (the cleaner keeps every control batch, so the
-    /// aborted transactions of a cleaned segment are the original's, and the file stays).
-    pub(crate) fn adopt_txn_index(&mut self, old: SealedSegment) {
-        // An index not yet synced is synced by the next flush, which this segment awaits again.
-        self.flushed &= old.core.txn_index.unsynced_file().is_none();
-        self.core.txn_index = old.core.txn_index;
-        self.core.txn_rebuild = old.core.txn_rebuild;
     }
 
     pub fn delete(self) {

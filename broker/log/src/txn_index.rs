@@ -289,6 +289,11 @@ impl TxnIndex {
         self.dirty = false;
     }
 
+    /// The file was renamed to `path` (the cleaner's swap); the open handle follows it.
+    pub(crate) fn relocate(&mut self, path: PathBuf) {
+        self.path = path;
+    }
+
     /// Removes the file (the segment is deleted).
     pub(crate) fn delete(&self) {
         if let Err(e) = std::fs::remove_file(&self.path)

@@ -132,6 +132,11 @@ impl CleanedTxns {
             ControlKind::Other => false,
         }
     }
+
+    /// The index entries retained since the last call (one segment's).
+    pub(crate) fn take_retained(&mut self) -> Vec<AbortedTxn> {
+        std::mem::take(&mut self.retained)
+    }
 }
 
 #[cfg(test)]
@@ -184,7 +189,8 @@ mod tests {
         assert!(w.on_control(&marker(2, 11), ControlKind::Commit), "nothing of it either");
         assert!(w.on_control(&marker(2, 12), ControlKind::Empty));
         assert!(!w.on_control(&marker(2, 13), ControlKind::Other));
-        assert_eq!(w.retained, vec![aborted(1, 0, 3), aborted(1, 7, 9)]);
+        assert_eq!(w.take_retained(), vec![aborted(1, 0, 3), aborted(1, 7, 9)]);
+        assert!(w.take_retained().is_empty());
     }
 
     #[test]

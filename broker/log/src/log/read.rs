@@ -171,6 +171,10 @@ impl Log {
 
 /// Decodes one batch and returns the first record with timestamp >= `ts`.
 fn first_record_at_or_after(bytes: &[u8], h: &BatchHeader, ts: i64) -> Result<Option<(i64, i64)>> {
+    if h.record_count == 0 {
+        // An empty batch the cleaner kept: no record to find in it.
+        return Ok(None);
+    }
     if h.is_log_append_time() {
         return Ok((h.max_timestamp >= ts).then_some((h.base_offset, h.max_timestamp)));
     }

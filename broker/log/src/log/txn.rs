@@ -271,4 +271,6 @@ impl Log {
 }
 
 #[cfg(test)]
+mod compaction_tests;
+#[cfg(test)]
 mod tests;

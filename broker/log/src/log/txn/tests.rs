@@ -14,55 +14,55 @@ use crate::testing;
 use crate::txn_index::TxnIndex;
 use crate::{AppendResult, Log, LogConfig, LogError, OpenOptions, ReadStart};
 
-type R<T = ()> = Result<T, Box<dyn Error>>;
+pub(super) type R<T = ()> = Result<T, Box<dyn Error>>;
 /// A record read back: (offset, key, value, is control).
-type Rec = (i64, String, String, bool);
+pub(super) type Rec = (i64, String, String, bool);
 /// A data record read back: (offset, key, value).
-type KeyValue = (i64, String, String);
+pub(super) type KeyValue = (i64, String, String);
 
-fn opts(clean: bool, recovery_point: i64) -> OpenOptions {
+pub(super) fn opts(clean: bool, recovery_point: i64) -> OpenOptions {
     OpenOptions { clean_shutdown: clean, recovery_point, log_start_offset: None, high_watermark: None, now_ms: 0 }
 }
 
-fn open(dir: &Path, config: LogConfig, clean: bool, recovery_point: i64) -> Result<Log, LogError> {
+pub(super) fn open(dir: &Path, config: LogConfig, clean: bool, recovery_point: i64) -> Result<Log, LogError> {
     Log::open(dir, config, opts(clean, recovery_point)).map(|(log, _)| log)
 }
 
 /// Segments large enough to roll only where a test calls [`Log::roll`].
-fn hand_rolled() -> LogConfig {
+pub(super) fn hand_rolled() -> LogConfig {
     LogConfig { segment_bytes: 1 << 20, index_interval_bytes: 256, segment_index_bytes: 4096, ..LogConfig::default() }
 }
 
-fn produce(log: &mut Log, b: &[u8]) -> Result<AppendResult, LogError> {
+pub(super) fn produce(log: &mut Log, b: &[u8]) -> Result<AppendResult, LogError> {
     let v = validate_produce(b, 1 << 20)?;
     log.append(b, &v, 0, 0)
 }
 
 /// A transactional batch of `n` records from producer `pid`.
-fn txn(log: &mut Log, pid: i64, epoch: i16, seq: i32, n: i64) -> Result<AppendResult, LogError> {
+pub(super) fn txn(log: &mut Log, pid: i64, epoch: i16, seq: i32, n: i64) -> Result<AppendResult, LogError> {
     produce(log, &testing::txn_batch(n, 0, (pid, epoch, seq)))
 }
 
 /// `n` records without a producer id.
-fn plain(log: &mut Log, n: i64) -> Result<AppendResult, LogError> {
+pub(super) fn plain(log: &mut Log, n: i64) -> Result<AppendResult, LogError> {
     produce(log, &testing::batch(n, 0, 0, Compression::None, None))
 }
 
 /// The coordinator's marker (coordinator epoch 0, leader epoch 0).
-fn end(log: &mut Log, pid: i64, epoch: i16, commit: bool) -> Result<AppendResult, LogError> {
+pub(super) fn end(log: &mut Log, pid: i64, epoch: i16, commit: bool) -> Result<AppendResult, LogError> {
     log.append_marker(pid, epoch, 0, commit, 0, 0)
 }
 
-fn txn_index_path(log: &Log, base: i64) -> PathBuf {
+pub(super) fn txn_index_path(log: &Log, base: i64) -> PathBuf {
     log.dir().join(file_name(base, "txnindex"))
 }
 
-fn index_entries(log: &Log, base: i64) -> Result<Vec<crate::txn_index::AbortedTxn>, LogError> {
+pub(super) fn index_entries(log: &Log, base: i64) -> Result<Vec<crate::txn_index::AbortedTxn>, LogError> {
     TxnIndex::open(&txn_index_path(log, base), base)?.0.entries()
 }
 
 /// The bytes from `from` to the log end, as a fetch (or a follower) gets them.
-fn raw_from(log: &Log, from: i64) -> Result<Vec<u8>, LogError> {
+pub(super) fn raw_from(log: &Log, from: i64) -> Result<Vec<u8>, LogError> {
     Ok(match log.read(from, 1 << 24, log.log_end_offset(), true)? {
         ReadStart::Empty => Vec::new(),
         ReadStart::Plan(p) => p.execute()?.to_vec(),
@@ -70,7 +70,7 @@ fn raw_from(log: &Log, from: i64) -> Result<Vec<u8>, LogError> {
 }
 
 /// Every record from the log start, segment after segment: (offset, key, value, is control).
-fn records(log: &Log) -> R<Vec<Rec>> {
+pub(super) fn records(log: &Log) -> R<Vec<Rec>> {
     let s = |b: &Option<bytes::Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).to_string()).unwrap_or_default();
     let mut out = Vec::new();
     let mut next = log.log_start_offset();
@@ -521,79 +521,5 @@ fn a_version_1_snapshot_is_still_loaded() -> R {
     assert!(produce(&mut log, &first)?.duplicate);
     let next = testing::batch(1, 0, 0, Compression::None, Some((9, 1, 3)));
     assert_eq!(produce(&mut log, &next)?.base_offset, 3);
-    Ok(())
-}
-
-#[test]
-fn compaction_drops_aborted_batches_and_stops_at_the_last_stable_offset() -> R {
-    let d = tempfile::tempdir()?;
-    let config =
-        LogConfig { cleanup_compact: true, cleanup_delete: false, min_cleanable_dirty_ratio: 0.0, ..hand_rolled() };
-    let mut log = open(d.path(), config.clone(), true, 0)?;
-    let keyed = |k: &'static str, v: &'static str, producer: Option<(i64, i16, i32)>| {
-        testing::keyed_batch(&[(k, Some(v))], 0, producer, producer.is_some())
-    };
-    produce(&mut log, &testing::keyed_batch(&[("k1", Some("v1")), ("k2", Some("v2"))], 0, None, false))?; // 0..=1
-    produce(&mut log, &keyed("k1", "aborted", Some((1, 0, 0))))?; // 2
-    end(&mut log, 1, 0, false)?; // 3
-    produce(&mut log, &keyed("k2", "committed", Some((2, 0, 0))))?; // 4
-    end(&mut log, 2, 0, true)?; // 5
-    log.roll(0)?;
-    produce(&mut log, &keyed("k3", "v3", None))?; // 6
-    log.roll(0)?;
-    produce(&mut log, &keyed("k3", "open", Some((3, 0, 0))))?; // 7, open
-    log.roll(0)?;
-    produce(&mut log, &keyed("k4", "v4", None))?; // 8
-    log.set_high_watermark(9);
-
-    let plan = log.plan_clean(0).ok_or("dirty enough")?;
-    assert_eq!(plan.end, 7, "stops below the open transaction");
-    let cleaned = crate::cleaner::clean(&plan, 0)?;
-    assert_eq!(cleaned.stats.records_removed, 2, "k2=v2 superseded, k1=aborted dropped");
-    log.install_cleaned(cleaned)?;
-    let data = |log: &Log| -> R<Vec<KeyValue>> {
-        Ok(records(log)?.into_iter().filter(|r| !r.3).map(|r| (r.0, r.1, r.2)).collect())
-    };
-    let s = |o: i64, k: &str, v: &str| (o, k.to_string(), v.to_string());
-    let want = vec![s(0, "k1", "v1"), s(4, "k2", "committed"), s(6, "k3", "v3"), s(7, "k3", "open"), s(8, "k4", "v4")];
-    assert_eq!(data(&log)?, want, "the aborted value never shadows the committed one");
-    let markers: Vec<i64> = records(&log)?.into_iter().filter(|r| r.3).map(|r| r.0).collect();
-    assert_eq!(markers, vec![3, 5], "markers are kept");
-    assert_eq!(log.aborted_transactions(0, 9)?, vec![(1, 2)], "the cleaned segment keeps its index");
-    let rp = log.close(0)?;
-    let log = open(d.path(), config, true, rp)?;
-    assert_eq!(data(&log)?, want);
-    assert_eq!(log.aborted_transactions(0, 9)?, vec![(1, 2)]);
-    Ok(())
-}
-
-#[test]
-fn compaction_finds_aborted_transactions_whose_marker_is_past_the_cleaned_range() -> R {
-    let d = tempfile::tempdir()?;
-    let config =
-        LogConfig { cleanup_compact: true, cleanup_delete: false, min_cleanable_dirty_ratio: 0.0, ..hand_rolled() };
-    let mut log = open(d.path(), config, true, 0)?;
-    let keyed =
-        |k: &'static str, v: &'static str, p: (i64, i16, i32)| testing::keyed_batch(&[(k, Some(v))], 0, Some(p), true);
-    produce(&mut log, &keyed("k1", "aborted", (1, 0, 0)))?; // 0: producer 1's transaction A
-    produce(&mut log, &keyed("k1", "committed", (2, 0, 0)))?; // 1
-    end(&mut log, 2, 0, true)?; // 2
-    log.roll(0)?;
-    produce(&mut log, &keyed("k2", "aborted", (1, 0, 1)))?; // 3: still A
-    log.roll(0)?;
-    end(&mut log, 1, 0, false)?; // 4: A aborted, indexed in the active segment
-    produce(&mut log, &keyed("k2", "committed", (1, 0, 2)))?; // 5: producer 1's next transaction
-    end(&mut log, 1, 0, true)?; // 6
-    log.set_high_watermark(7);
-    let plan = log.plan_clean(0).ok_or("dirty enough")?;
-    assert_eq!(plan.end, 4, "the sealed segments: A's marker is past them");
-    // The plan holds the index open: it is read while cleaning, without the log.
-    std::fs::remove_file(txn_index_path(&log, 4))?;
-    let cleaned = crate::cleaner::clean(&plan, 0)?;
-    assert_eq!(cleaned.stats.records_removed, 2, "both batches of A");
-    log.install_cleaned(cleaned)?;
-    let data: Vec<KeyValue> = records(&log)?.into_iter().filter(|r| !r.3).map(|r| (r.0, r.1, r.2)).collect();
-    let s = |o: i64, k: &str, v: &str| (o, k.to_string(), v.to_string());
-    assert_eq!(data, vec![s(1, "k1", "committed"), s(5, "k2", "committed")]);
     Ok(())
 }
