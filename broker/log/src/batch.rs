@@ -351,7 +351,9 @@ impl Iterator for BatchIter<'_> {
             return None;
         };
         let total = h.total_size();
-        if total < HEADER_LEN || h.magic != 2 || h.last_offset_delta < 0 || h.record_count <= 0 {
+        // A record count of 0 is an empty batch the cleaner kept for its offsets and producer
+        // fields (Kafka's RETAIN_EMPTY); produce requests never carry one (`check_header`).
+        if total < HEADER_LEN || h.magic != 2 || h.last_offset_delta < 0 || h.record_count < 0 {
             self.stopped = Some(Stop::Corrupt(format!(
                 "malformed batch header (length {}, magic {}, count {})",
                 h.batch_length, h.magic, h.record_count

@@ -5,31 +5,38 @@
 //!    the log start up to the end of the cleanable range (below the last stable offset, so
 //!    every transaction in it is decided, older than `min.compaction.lag.ms`, never the active
 //!    segment), if the dirty part (after the last pass) is at least `min.cleanable.dirty.ratio`
-//!    of it, or older than `max.compaction.lag.ms`, with the aborted transactions of that range
-//!    from the transaction indexes. Sealed segments never change, so they can be read unlocked.
+//!    of it, or older than `max.compaction.lag.ms`. It reads no file: it takes readers of the
+//!    transaction indexes from the first planned segment on (the entries written so far; an
+//!    index only grows, and a rebuild renames a new file over it), the segments' files and
+//!    what must stay of each producer (its last batch, from producer state). Sealed segments
+//!    never change, so they can be read unlocked.
 //! 2. [`clean`] (no lock) maps each key of the dirty part to its latest offset, then rewrites
-//!    every planned segment into `.cleaning/`, keeping a record if it is the latest for its
-//!    key, dropping records without a key and tombstones older than `delete.retention.ms`.
-//!    Batches of aborted transactions are dropped and never count as a key's latest value, as
-//!    Kafka's cleaner does; control batches (markers) are all kept, so a cleaned segment keeps
-//!    its `.txnindex` as it was.
-//!    Untouched batches are copied byte for byte; others are re-encoded with their original
-//!    offsets, compression, producer fields and timestamp type. Each output is fsynced and
-//!    indexed there.
+//!    every planned segment into `.cleaning/` with the retention rules of Kafka's cleaner
+//!    (`Pass::filter`): a record stays if it is the latest for its key (records without a key
+//!    go, tombstones once older than `delete.retention.ms`); batches of aborted transactions
+//!    lose their records and never count as a key's latest value; a marker goes once its
+//!    transaction has no batch left and the delete horizon the cleaner wrote into it
+//!    (`delete.retention.ms` after that) has passed; the batch holding each producer's last
+//!    sequence (or its last marker, with no data of its epoch) and the pass's last batch stay,
+//!    empty if no record does. The aborted transactions are read from the indexes and walked in
+//!    offset order with the batches (`txn::CleanedTxns`, Kafka's `CleanedTransactionMetadata`),
+//!    which also yields each rewritten segment's `.txnindex`: the aborts whose marker stays
+//!    because batches of theirs were still there. Untouched batches are copied byte for byte;
+//!    others keep their base offset, last offset delta, producer fields, codec and timestamp
+//!    type, with the kept records copied as they were (`batches`). A segment nothing changed
+//!    in is not rewritten. Each output is fsynced and indexed there.
 //! 3. [`Log::install_cleaned`] (under the lock) swaps each cleaned segment in, if the segment it
 //!    replaces is still the same file. The swap is crash-safe: the new log first becomes
 //!    `NNN.log.swap` (the commit point), the old indexes are removed, the swap file replaces
 //!    the log, and the new indexes move in. [`Log::open`] finishes an interrupted swap (the
-//!    indexes are rebuilt) and drops `.cleaning/`. Fetches that planned a read of an old
-//!    segment keep reading its (unlinked) file; later ones see the cleaned one.
+//!    indexes are rebuilt, the transaction index from a replay) and drops `.cleaning/`. Fetches
+//!    that planned a read of an old segment keep reading its (unlinked) file; later ones see
+//!    the cleaned one.
 //!
-//! A segment left empty is deleted (except the first). Not yet like Kafka: markers are kept
-//! forever (Kafka drops one after `delete.retention.ms` once its transaction has no data left);
-//! small segments are not merged; a re-encoded batch starts at its first kept record and a batch
-//! left empty goes (Kafka keeps the original base offset and last offset delta, and an empty
-//! batch, which preserve an idempotent producer's last sequence); the key map is not bounded by
-//! `log.cleaner.dedupe.buffer.size`; tombstone age is the record's timestamp (the append time for
-//! LogAppendTime batches) rather than a delete horizon written into the batch.
+//! A segment left empty is deleted (except the first). Not yet like Kafka: small segments are
+//! not merged; the key map is not bounded by `log.cleaner.dedupe.buffer.size`; tombstone age is
+//! the record's timestamp (the append time for LogAppendTime batches) rather than a delete
+//! horizon written into the batch (markers do get one).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -37,14 +44,21 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use bytes::Bytes;
+use kafka_protocol::records::RecordBatchDecoder;
 
-use crate::batch::{BatchHeader, HEADER_LEN, compute_crc};
+use crate::batch::{BatchHeader, HEADER_LEN};
 use crate::checkpoint::write_atomic;
 use crate::error::{LogError, Result};
 use crate::log::Log;
+use crate::producer_state::LastRecord;
 use crate::segment::{self, SealedSegment, SegmentSettings, read_at};
+use crate::txn_index::TxnIndexReader;
+
+mod batches;
+mod txn;
+
+use txn::{CleanedTxns, ControlKind};
 
 /// Where cleaned segments are built, inside the partition directory.
 pub const CLEANING_DIR: &str = ".cleaning";
@@ -71,20 +85,11 @@ pub struct CleanPlan {
     /// End (exclusive) of what this pass covers.
     pub end: i64,
     delete_retention_ms: i64,
-    /// Aborted transactions overlapping the planned range: producer id -> (first, marker).
-    aborted: HashMap<i64, Vec<(i64, i64)>>,
-}
-
-impl CleanPlan {
-    /// Whether `h` is a data batch of an aborted transaction.
-    fn is_aborted(&self, h: &BatchHeader) -> bool {
-        h.is_transactional()
-            && !h.is_control()
-            && self
-                .aborted
-                .get(&h.producer_id)
-                .is_some_and(|txns| txns.iter().any(|(first, last)| *first <= h.base_offset && h.base_offset <= *last))
-    }
+    /// The non-empty transaction indexes from the first planned segment on (the active
+    /// segment's included): aborted transactions of the range may end after it.
+    txn_indexes: Vec<TxnIndexReader>,
+    /// What must stay of each producer the log knows.
+    producers: HashMap<i64, LastRecord>,
 }
 
 /// One rewritten segment, ready to be swapped in.
@@ -131,9 +136,111 @@ fn corrupt(seg: &SegmentRef, pos: u64, why: &str) -> LogError {
     LogError::Corrupt { path: seg.path.clone(), reason: format!("at byte {pos}: {why}") }
 }
 
-fn decode(seg: &SegmentRef, h: &BatchHeader, bytes: Vec<u8>) -> Result<kafka_protocol::records::RecordSet> {
-    let mut b = Bytes::from(bytes);
-    RecordBatchDecoder::decode(&mut b).map_err(|e| corrupt(seg, 0, &format!("batch at offset {}: {e}", h.base_offset)))
+/// Kafka's `BatchRetention`: what may happen to a batch as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retention {
+    /// The batch goes.
+    Delete,
+    /// The batch goes if no record of it stays.
+    DeleteEmpty,
+    /// The batch stays, empty if no record of it does.
+    RetainEmpty,
+}
+
+/// What a pass does with one batch.
+enum Outcome {
+    Keep,
+    Replace(Vec<u8>),
+    Drop,
+}
+
+/// The state of step 2 while it rewrites the planned segments in order.
+struct Pass<'a> {
+    plan: &'a CleanPlan,
+    /// Latest offset of every key in the dirty part.
+    latest: HashMap<Bytes, i64>,
+    walk: CleanedTxns,
+    now_ms: i64,
+}
+
+impl Pass<'_> {
+    /// One batch through the retention rules of Kafka's cleaner (`Cleaner.cleanInto`'s filter
+    /// and `MemoryRecords.filterTo`). Returns what happens to it and how many records stay.
+    ///
+    /// - A data batch of an aborted transaction loses all its records; a control batch may
+    ///   go once its transaction has no batch left in the range ([`CleanedTxns`]) and its
+    ///   delete horizon has passed. The first pass that finds a marker removable writes that
+    ///   horizon into it (`now + delete.retention.ms`, attributes bit 6), so consumers that
+    ///   read the transaction's data before it went still meet the marker for that long.
+    /// - The batch holding a producer's last sequence (or, with no data batch of its epoch,
+    ///   its last marker) stays, empty if no record does, so sequences and epochs survive a
+    ///   replay of the log; so does the last batch of the pass, which keeps the end offset.
+    /// - Other records stay if they are the latest of their key (tombstones until they are
+    ///   older than `delete.retention.ms`); a batch left with none goes.
+    fn filter(&mut self, seg: &SegmentRef, h: &BatchHeader, bytes: &[u8]) -> Result<(Outcome, u64)> {
+        let plan = self.plan;
+        let bad = |why: String| corrupt(seg, 0, &why);
+        let can_discard =
+            if h.is_control() { self.walk.on_control(h, ControlKind::of(h, bytes)) } else { self.walk.on_data(h) };
+        let horizon = batches::delete_horizon(h);
+        let discard_records =
+            if h.is_control() { can_discard && horizon.is_some_and(|t| t <= self.now_ms) } else { can_discard };
+        let last_of_producer = h.has_producer_id()
+            && plan.producers.get(&h.producer_id).is_some_and(|last| match last.last_data_offset {
+                Some(o) => h.last_offset() == o,
+                None => h.is_control() && h.producer_epoch == last.producer_epoch,
+            });
+        let retention = if last_of_producer || h.next_offset() == plan.end {
+            Retention::RetainEmpty
+        } else if discard_records {
+            Retention::Delete
+        } else {
+            Retention::DeleteEmpty
+        };
+        if retention == Retention::Delete {
+            return Ok((Outcome::Drop, 0));
+        }
+        if h.record_count == 0 {
+            let outcome = if retention == Retention::RetainEmpty { Outcome::Keep } else { Outcome::Drop };
+            return Ok((outcome, 0));
+        }
+        let payload = batches::records_payload(bytes, h).map_err(bad)?;
+        let records = batches::parse_records(&payload, h).map_err(bad)?;
+        let total = records.len();
+        let kept: Vec<_> = if discard_records {
+            Vec::new()
+        } else if h.is_control() {
+            records
+        } else {
+            records.into_iter().filter(|r| self.retain_record(h, r)).collect()
+        };
+        if kept.is_empty() {
+            return Ok(match retention {
+                Retention::RetainEmpty => (Outcome::Replace(batches::empty(h).map_err(bad)?), 0),
+                _ => (Outcome::Drop, 0),
+            });
+        }
+        let n = kept.len() as u64;
+        let new_horizon = (h.is_control() && can_discard && horizon.is_none())
+            .then(|| self.now_ms.saturating_add(plan.delete_retention_ms));
+        if kept.len() == total && new_horizon.is_none() {
+            return Ok((Outcome::Keep, n));
+        }
+        Ok((Outcome::Replace(batches::rebuild(h, &kept, new_horizon).map_err(bad)?), n))
+    }
+
+    /// Whether a record of a data batch stays: it has a key and is its latest value; a
+    /// tombstone also outlives the pass that first sees it (it is in the dirty part): that pass
+    /// removes the values it deletes, and a reader part-way through the log must still meet the
+    /// delete. Later passes drop it once older than `delete.retention.ms` (by its timestamp,
+    /// the append time for LogAppendTime batches).
+    fn retain_record(&self, h: &BatchHeader, r: &batches::RawRecord<'_>) -> bool {
+        let Some(key) = r.key else { return false };
+        let newest = self.latest.get(key).is_none_or(|l| r.offset >= *l);
+        let age = if h.is_log_append_time() { h.max_timestamp } else { r.timestamp };
+        let tombstone_horizon = self.now_ms.saturating_sub(self.plan.delete_retention_ms);
+        newest && (r.has_value || r.offset >= self.plan.first_dirty || age > tombstone_horizon)
+    }
 }
 
 /// Step 2 of a pass (no lock held): builds the cleaned segments in `.cleaning/`.
@@ -142,99 +249,61 @@ pub fn clean(plan: &CleanPlan, now_ms: i64) -> Result<Cleaned> {
     let _ = std::fs::remove_dir_all(&work);
     // Not create_dir_all: a log deleted meanwhile must not get its directory back.
     std::fs::create_dir(&work).map_err(LogError::io(&work))?;
-    // Latest offset of every key in the dirty part.
+    let start = plan.segments.first().map_or(plan.end, |s| s.base);
+    let aborted = txn::collect_aborted(&plan.txn_indexes, start, plan.end)?;
+    // Latest offset of every key in the dirty part, aborted batches left out (their own walk
+    // over the aborted transactions that end in the dirty part, as Kafka's buildOffsetMap).
     let mut latest: HashMap<Bytes, i64> = HashMap::new();
+    let mut walk = CleanedTxns::new(aborted.iter().filter(|t| t.last_offset >= plan.first_dirty).copied().collect());
     for seg in plan.segments.iter().filter(|s| s.next > plan.first_dirty) {
         for_each_batch(seg, |h, bytes| {
-            if h.is_control() || h.last_offset() < plan.first_dirty || plan.is_aborted(h) {
+            if h.is_control() {
+                walk.on_control(h, ControlKind::of(h, &bytes));
                 return Ok(());
             }
-            for r in decode(seg, h, bytes)?.records {
+            if walk.on_data(h) || h.last_offset() < plan.first_dirty || h.record_count == 0 {
+                return Ok(());
+            }
+            let payload = batches::records_payload(&bytes, h).map_err(|e| corrupt(seg, 0, &e))?;
+            for r in batches::parse_records(&payload, h).map_err(|e| corrupt(seg, 0, &e))? {
                 if let Some(k) = r.key
                     && r.offset >= plan.first_dirty
                     && r.offset < plan.end
                 {
-                    latest.insert(k, r.offset);
+                    latest.insert(payload.slice_ref(k), r.offset);
                 }
             }
             Ok(())
         })?;
     }
-    let horizon = now_ms.saturating_sub(plan.delete_retention_ms);
+    let mut pass = Pass { plan, latest, walk: CleanedTxns::new(aborted), now_ms };
     let mut stats = CleanStats::default();
     let mut out = Vec::new();
     for seg in &plan.segments {
         let mut buf: Vec<u8> = Vec::with_capacity(usize::try_from(seg.size).unwrap_or(0));
-        let mut removed_here = 0u64;
+        let mut changed = false;
         for_each_batch(seg, |h, bytes| {
-            if h.is_control() {
-                buf.extend_from_slice(&bytes);
-                return Ok(());
-            }
-            if plan.is_aborted(h) {
-                let n = u64::try_from(h.record_count).unwrap_or(0);
-                stats.records_read += n;
-                removed_here += n;
-                return Ok(());
-            }
-            let log_append_time = h.is_log_append_time();
-            // LogAppendTime: the broker's time is the batch's max timestamp, not the records'.
-            let age = |ts: i64| if log_append_time { h.max_timestamp } else { ts };
-            let set = decode(seg, h, bytes.clone())?;
-            let total = set.records.len();
-            stats.records_read += total as u64;
-            let mut kept: Vec<_> = set
-                .records
-                .into_iter()
-                .filter(|r| match &r.key {
-                    None => false,
-                    Some(k) => {
-                        let newest = latest.get(k).is_none_or(|l| r.offset >= *l);
-                        // A tombstone outlives the pass that first sees it (it is in the dirty
-                        // part): that pass removes the values it deletes, and a reader part-way
-                        // through the log must still meet the delete. Later passes drop it once
-                        // older than delete.retention.ms.
-                        newest && (r.value.is_some() || r.offset >= plan.first_dirty || age(r.timestamp) > horizon)
-                    }
-                })
-                .collect();
-            removed_here += (total - kept.len()) as u64;
-            if kept.len() == total {
-                buf.extend_from_slice(&bytes);
-            } else if !kept.is_empty() {
-                if h.producer_id < 0 {
-                    // Keep offset - sequence constant so the records stay one batch.
-                    let first = kept[0].offset;
-                    for r in &mut kept {
-                        r.sequence = (r.offset - first) as i32 - 1;
-                    }
+            let total = u64::try_from(h.record_count).unwrap_or(0);
+            let (outcome, kept) = pass.filter(seg, h, &bytes)?;
+            stats.records_read += total;
+            stats.records_removed += total.saturating_sub(kept);
+            match outcome {
+                Outcome::Keep => buf.extend_from_slice(&bytes),
+                Outcome::Replace(b) => {
+                    buf.extend_from_slice(&b);
+                    changed = true;
                 }
-                for r in &mut kept {
-                    r.timestamp_type = TimestampType::Creation;
-                }
-                let mut enc = BytesMut::new();
-                RecordBatchEncoder::encode(
-                    &mut enc,
-                    &kept,
-                    &RecordEncodeOptions { version: 2, compression: set.compression },
-                )
-                .map_err(|e| corrupt(seg, 0, &format!("re-encoding batch at offset {}: {e}", h.base_offset)))?;
-                if log_append_time {
-                    // Attributes bit 3 and the append time as max timestamp (bytes 35..43),
-                    // then the CRC over attributes onward (offset 21).
-                    enc[22] |= 0x08;
-                    enc[35..43].copy_from_slice(&h.max_timestamp.to_be_bytes());
-                    let crc = compute_crc(&enc);
-                    enc[17..21].copy_from_slice(&crc.to_be_bytes());
-                }
-                buf.extend_from_slice(&enc);
+                Outcome::Drop => changed = true,
             }
             Ok(())
         })?;
+        // The aborted transactions whose marker this segment keeps for their batches.
+        let txn_entries = pass.walk.take_retained();
         stats.bytes_before += seg.size;
         stats.bytes_after += buf.len() as u64;
-        stats.records_removed += removed_here;
-        if removed_here == 0 {
+        if !changed {
+            // Untouched, its transaction index included: every marker in it stays, and those of
+            // transactions with no batch left are harmless to a reader (none follows them).
             continue;
         }
         let path = work.join(segment::file_name(seg.base, "log"));
@@ -242,7 +311,8 @@ pub fn clean(plan: &CleanPlan, now_ms: i64) -> Result<Cleaned> {
         f.write_all(&buf).map_err(LogError::io(&path))?;
         f.sync_all().map_err(LogError::io(&path))?;
         drop(f);
-        let built = SealedSegment::build(&work, seg.base, plan.settings)?;
+        let mut built = SealedSegment::build(&work, seg.base, plan.settings)?;
+        built.rebuild_txn_index(&txn_entries)?;
         out.push(CleanedSegment { base: seg.base, replaces: seg.file.clone(), segment: built });
         stats.segments_rewritten += 1;
     }
@@ -270,8 +340,10 @@ pub(crate) fn recover_swaps(dir: &Path) -> Result<()> {
     for entry in std::fs::read_dir(dir).map_err(LogError::io(dir))?.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
         if let Some(stem) = name.strip_suffix(".log.swap") {
-            // The swap was committed: the new log wins, its indexes are rebuilt on open.
-            for ext in ["index", "timeindex"] {
+            // The swap was committed: the new log wins, its indexes are rebuilt on open (the
+            // missing offset index makes the segment rescanned, which rebuilds its
+            // transaction index from a replay).
+            for ext in ["index", "timeindex", "txnindex"] {
                 let _ = std::fs::remove_file(dir.join(format!("{stem}.{ext}")));
             }
             let to = dir.join(format!("{stem}.log"));
@@ -336,18 +408,8 @@ impl Log {
             return None;
         }
         let start = segments.first().map_or(end, |(s, _)| s.base);
-        let mut aborted: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
-        match self.collect_aborted(start, end) {
-            Ok(txns) => {
-                for t in txns {
-                    aborted.entry(t.producer_id).or_default().push((t.first_offset, t.last_offset));
-                }
-            }
-            Err(e) => {
-                tracing::warn!(dir = %self.dir().display(), error = %e, "cannot read transaction indexes; not cleaning");
-                return None;
-            }
-        }
+        let txn_indexes = self.txn_index_readers_from(start);
+        let producers = self.producer_state().last_records();
         Some(CleanPlan {
             dir: self.dir().to_path_buf(),
             settings: SegmentSettings {
@@ -358,7 +420,8 @@ impl Log {
             first_dirty,
             end,
             delete_retention_ms: c.delete_retention_ms,
-            aborted,
+            txn_indexes,
+            producers,
         })
     }
 
@@ -389,22 +452,22 @@ impl Log {
             let swap = dir.join(format!("{}.swap", name("log")));
             std::fs::rename(c.segment.dir().join(name("log")), &swap).map_err(LogError::io(&swap))?;
             sync_dir(&dir)?;
-            for ext in ["index", "timeindex"] {
+            for ext in ["index", "timeindex", "txnindex"] {
                 let _ = std::fs::remove_file(dir.join(name(ext)));
             }
             let log = dir.join(name("log"));
             std::fs::rename(&swap, &log).map_err(LogError::io(&log))?;
-            for ext in ["index", "timeindex"] {
-                let to = dir.join(name(ext));
-                std::fs::rename(work.join(name(ext)), &to).map_err(LogError::io(&to))?;
+            for ext in ["index", "timeindex", "txnindex"] {
+                let (from, to) = (work.join(name(ext)), dir.join(name(ext)));
+                // A cleaned segment with no aborted transaction to index has no `.txnindex`.
+                if ext != "txnindex" || from.exists() {
+                    std::fs::rename(&from, &to).map_err(LogError::io(&to))?;
+                }
             }
             sync_dir(&dir)?;
             c.segment.relocate(&dir);
-            // The old segment's files are already replaced (its `.txnindex` stays, unchanged):
-            // drop it without deleting by name.
-            if let Some(old) = self.remove_sealed(c.base) {
-                c.segment.adopt_txn_index(old);
-            }
+            // The old segment's files are already replaced: drop it without deleting by name.
+            drop(self.remove_sealed(c.base));
             drop(self.replace_sealed(c.base, c.segment));
             swapped += 1;
         }

@@ -17,7 +17,11 @@ use kafka_protocol::records::{
 use crate::batch::BatchHeader;
 use crate::error::BatchError;
 
+/// The highest control record key version known (Kafka's `ControlRecordTypeSchema`); keys of a
+/// later version are read as this one.
 const CONTROL_KEY_VERSION: i16 = 0;
+/// The highest end-transaction marker value version known (Kafka's `EndTxnMarker`); values of
+/// a later version are read as this one.
 const END_TXN_MARKER_VERSION: i16 = 0;
 const ABORT: i16 = 0;
 const COMMIT: i16 = 1;
@@ -85,6 +89,12 @@ fn be_i16(b: &[u8], at: usize) -> Option<i16> {
 /// The end-transaction marker a control batch carries. `Ok(None)` for a batch that is not a
 /// control batch, holds no record (the cleaner emptied it), or carries another control type
 /// (Kafka's `UNKNOWN`, ignored); an error for a marker Kafka would refuse to parse.
+///
+/// As Kafka 4.1 (`ControlRecordType.parseTypeId`, `EndTransactionMarker.deserializeValue`), a
+/// key or value version newer than the one this broker knows is read as the known one and its
+/// trailing bytes are ignored (a newer version may only add fields), so a follower never stalls
+/// on a marker from a newer leader. A negative version, a key shorter than 4 bytes or a value
+/// shorter than 6 bytes is refused.
 pub fn parse_marker(batch: &[u8]) -> Result<Option<EndTxnMarker>, BatchError> {
     let h = BatchHeader::parse(batch).ok_or_else(|| BatchError::Corrupt("short control batch".into()))?;
     if !h.is_control() {
@@ -99,8 +109,11 @@ pub fn parse_marker(batch: &[u8]) -> Result<Option<EndTxnMarker>, BatchError> {
     let (Some(version), Some(kind)) = (be_i16(key, 0), be_i16(key, 2)) else {
         return Err(bad(format!("control record key of {} bytes", key.len())));
     };
-    if version != CONTROL_KEY_VERSION {
+    if version < 0 {
         return Err(bad(format!("control record key version {version}")));
+    }
+    if version > CONTROL_KEY_VERSION {
+        tracing::debug!(offset = h.base_offset, version, "newer control record key version; read as version 0");
     }
     let commit = match kind {
         ABORT => false,
@@ -108,13 +121,16 @@ pub fn parse_marker(batch: &[u8]) -> Result<Option<EndTxnMarker>, BatchError> {
         _ => return Ok(None),
     };
     let value = record.value.as_deref().unwrap_or_default();
-    if value.len() < 6 {
+    let (Some(version), Some(epoch)) = (be_i16(value, 0), value.get(2..6)) else {
         return Err(bad(format!("end transaction marker value of {} bytes", value.len())));
+    };
+    if version < 0 {
+        return Err(bad(format!("end transaction marker version {version}")));
     }
-    if be_i16(value, 0).is_some_and(|v| v < 0) {
-        return Err(bad("negative end transaction marker version".into()));
+    if version > END_TXN_MARKER_VERSION {
+        tracing::debug!(offset = h.base_offset, version, "newer end transaction marker version; read as version 0");
     }
-    let coordinator_epoch = i32::from_be_bytes([value[2], value[3], value[4], value[5]]);
+    let coordinator_epoch = i32::from_be_bytes([epoch[0], epoch[1], epoch[2], epoch[3]]);
     Ok(Some(EndTxnMarker { commit, coordinator_epoch }))
 }
 
@@ -155,11 +171,41 @@ mod tests {
         let crc = compute_crc(&b);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
         assert_eq!(parse_marker(&b)?, None);
-        // An unknown key version is refused, as Kafka does.
-        b[HEADER_LEN + 6] = 1;
-        let crc = compute_crc(&b);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
-        assert!(parse_marker(&b).is_err());
+        Ok(())
+    }
+
+    /// A marker whose record holds `key` and `value`, as a newer or broken writer might send it.
+    fn marker_with(key: &[u8], value: &[u8]) -> Result<Vec<u8>, BatchError> {
+        let b = encode_marker(1, 0, EndTxnMarker { commit: true, coordinator_epoch: 0 }, 5)?;
+        let mut r = Bytes::from(b);
+        let mut record =
+            RecordBatchDecoder::decode(&mut r).map_err(|e| BatchError::Corrupt(e.to_string()))?.records.remove(0);
+        record.key = Some(Bytes::copy_from_slice(key));
+        record.value = Some(Bytes::copy_from_slice(value));
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            std::slice::from_ref(&record),
+            &RecordEncodeOptions { version: 2, compression: Compression::None },
+        )
+        .map_err(|e| BatchError::Corrupt(e.to_string()))?;
+        Ok(buf.to_vec())
+    }
+
+    #[test]
+    fn newer_key_and_value_versions_are_read_as_the_known_one() -> Result<(), BatchError> {
+        // Key version 3 with an extra field; value version 2 with extra bytes after the epoch.
+        let b = marker_with(&[0, 3, 0, 0, 0xAB, 0xCD], &[0, 2, 0, 0, 0, 9, 1, 2, 3])?;
+        assert_eq!(parse_marker(&b)?, Some(EndTxnMarker { commit: false, coordinator_epoch: 9 }));
+        let b = marker_with(&[0x7f, 0, 0, 1], &[0x7f, 0, 0, 0, 0, 4])?;
+        assert_eq!(parse_marker(&b)?, Some(EndTxnMarker { commit: true, coordinator_epoch: 4 }));
+        // A newer key version of another control type is still not a marker.
+        assert_eq!(parse_marker(&marker_with(&[0, 1, 0, 2], &[])?)?, None);
+        // What Kafka refuses: negative versions, short keys and values.
+        assert!(parse_marker(&marker_with(&[0xff, 0xff, 0, 1], &[0, 0, 0, 0, 0, 4])?).is_err());
+        assert!(parse_marker(&marker_with(&[0, 0, 0, 1], &[0xff, 0xfe, 0, 0, 0, 4])?).is_err());
+        assert!(parse_marker(&marker_with(&[0, 0, 0], &[0, 0, 0, 0, 0, 4])?).is_err());
+        assert!(parse_marker(&marker_with(&[0, 0, 0, 1], &[0, 0, 0, 0, 4])?).is_err());
         Ok(())
     }
 }

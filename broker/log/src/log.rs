@@ -1,6 +1,7 @@
 //! One partition's log: a run of sealed segments and one active segment, the log start offset,
 //! the high watermark, the recovery point and the producer state (idempotence and
-//! transactions; markers, aborted transactions and the last stable offset are in [`txn`]).
+//! transactions; markers, aborted transactions and the last stable offset are in `txn`,
+//! reads in `read`, flushes, the recovery point and producer snapshots in `flush`).
 //!
 //! Durability of [`Log::append`]: the batch is in the page cache (readable by fetches up to the
 //! high watermark) on return; it is on disk once the log is flushed, which happens inside
@@ -10,24 +11,22 @@
 //! rescans everything after the recovery point (the last flushed offset).
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use bytes::Bytes;
-use kafka_protocol::records::RecordBatchDecoder;
-
-use crate::batch::{self, BatchHeader, BatchIter, HEADER_LEN, ValidBatch};
-use crate::checkpoint::write_atomic;
+use crate::batch::{self, BatchHeader, BatchIter, ValidBatch};
 use crate::config::{LogConfig, TargetCompression};
 use crate::epochs::EpochCache;
 use crate::error::{LogError, Result};
 use crate::producer_state::{ProducerState, SeqCheck};
 use crate::recompress::recompress;
-use crate::segment::{self, ActiveSegment, SealedSegment, SegmentSettings, read_at, scan_log};
+use crate::segment::{self, ActiveSegment, SealedSegment, SegmentSettings, scan_log};
 
+mod flush;
+mod read;
 mod txn;
+
+pub use read::{ReadPlan, ReadStart};
 
 /// How a log is opened.
 #[derive(Debug, Clone, Copy)]
@@ -68,61 +67,6 @@ pub struct AppendResult {
     pub bytes: usize,
 }
 
-/// A read decided under the log's lock and executed outside it.
-#[derive(Debug, Clone)]
-pub struct ReadPlan {
-    file: Arc<File>,
-    path: PathBuf,
-    pos: u64,
-    end: u64,
-    max_bytes: usize,
-    max_offset: i64,
-    min_one: bool,
-}
-
-impl ReadPlan {
-    /// Reads whole batches starting at the planned position: at most `max_bytes`, never a batch
-    /// at or past `max_offset` (the high watermark), and, with `min_one`, the first batch even
-    /// if it alone is larger than `max_bytes` so that consumers always make progress.
-    pub fn execute(&self) -> Result<Bytes> {
-        let avail = self.end.saturating_sub(self.pos);
-        let want = (self.max_bytes as u64).max(HEADER_LEN as u64).min(avail) as usize;
-        if want == 0 {
-            return Ok(Bytes::new());
-        }
-        let mut buf = read_at(&self.file, &self.path, self.pos, want)?;
-        let mut end = 0;
-        for (at, h) in BatchIter::new(&buf) {
-            if h.base_offset >= self.max_offset || at + h.total_size() > self.max_bytes {
-                break;
-            }
-            end = at + h.total_size();
-        }
-        if end == 0
-            && self.min_one
-            && let Some(h) = BatchHeader::parse(&buf)
-            && h.base_offset < self.max_offset
-            && h.total_size() >= HEADER_LEN
-            && h.total_size() as u64 <= avail
-        {
-            if h.total_size() > buf.len() {
-                buf = read_at(&self.file, &self.path, self.pos, h.total_size())?;
-            }
-            end = h.total_size();
-        }
-        buf.truncate(end);
-        Ok(Bytes::from(buf))
-    }
-}
-
-/// Result of planning a read.
-#[derive(Debug)]
-pub enum ReadStart {
-    /// Nothing to read at this offset yet (offset == high watermark).
-    Empty,
-    Plan(ReadPlan),
-}
-
 pub struct Log {
     dir: PathBuf,
     config: LogConfig,
@@ -130,7 +74,11 @@ pub struct Log {
     active: ActiveSegment,
     log_start_offset: i64,
     high_watermark: i64,
+    /// Everything below it is on disk (moved by flushes).
     recovery_point: i64,
+    /// The last two recovery points handed to the checkpoint writer, older first: the
+    /// checkpoint file holds one of them (see `Log::recovery_point`).
+    checkpointed: parking_lot::Mutex<[i64; 2]>,
     producers: ProducerState,
     unflushed_messages: i64,
     last_flush_ms: i64,
@@ -202,8 +150,8 @@ impl Log {
                 continue;
             }
             let next = bases.get(i + 1).copied();
-            // A sealed segment that ends at or below the recovery point was fsynced (with its
-            // indexes, at sealing) before the point moved past it: trusted after any shutdown,
+            // A sealed segment that ends at or below the recovery point was fsynced (its log and
+            // transaction index) before the point moved past it: trusted after any shutdown,
             // as Kafka recovers only from the recovery point. Its indexes still pass the
             // sanity check or are rebuilt.
             let trusted = next.is_some_and(|n| n <= opts.recovery_point);
@@ -266,6 +214,7 @@ impl Log {
             high_watermark: opts.high_watermark.map_or(leo, |hw| hw.clamp(log_start_offset, leo)),
             // After a crash, recovered data is not known to be on disk until the flusher syncs it.
             recovery_point: if opts.clean_shutdown { leo } else { opts.recovery_point.min(leo) },
+            checkpointed: parking_lot::Mutex::new([opts.recovery_point; 2]),
             producers: ProducerState::default(),
             unflushed_messages: 0,
             last_flush_ms: opts.now_ms,
@@ -273,9 +222,9 @@ impl Log {
             epochs: EpochCache::default(),
         };
         log.epochs = log.load_epochs()?;
-        log.load_producer_state(opts.clean_shutdown, true)?;
+        let replayed = log.load_producer_state(opts.clean_shutdown, true)?;
         report.producers_loaded = log.producers.len();
-        if !opts.clean_shutdown {
+        if !opts.clean_shutdown || replayed {
             log.write_producer_snapshot(leo)?;
         }
         Ok((log, report))
@@ -398,8 +347,16 @@ impl Log {
     /// After batches (`placed` in `bytes`) were written: producer state and transactions, and
     /// a flush once `flush.messages` is reached. Returns the number of records written.
     fn appended(&mut self, bytes: &[u8], placed: &[(Range<usize>, BatchHeader)], now_ms: i64) -> Result<i64> {
+        // Every batch is in the log now: producer state follows all of them even if one
+        // transaction index write fails, and the first failure is returned.
+        let mut failed = None;
         for (range, h) in placed {
-            self.record_batch(h, &bytes[range.clone()])?;
+            if let Err(e) = self.record_batch(h, &bytes[range.clone()]) {
+                failed.get_or_insert(e);
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         let records_n = match (placed.first(), placed.last()) {
             (Some((_, first)), Some((_, last))) => last.next_offset() - first.base_offset,
@@ -454,7 +411,9 @@ impl Log {
         self.high_watermark = self.high_watermark.min(leo);
         self.recovery_point = self.recovery_point.min(leo);
         self.cleaner_offset = self.cleaner_offset.min(leo);
-        self.load_producer_state(false, false)?;
+        // A segment reopened for the cut is marked for a transaction index rebuild: the replay
+        // that reloads producer state does it.
+        self.load_producer_state(false, true)?;
         Ok(leo)
     }
 
@@ -485,21 +444,6 @@ impl Log {
         self.cleaner_offset = self.cleaner_offset.min(offset);
         self.unflushed_messages = 0;
         tracing::info!(dir = %self.dir.display(), from = leo, to = offset, "log emptied to start again at the leader's");
-        Ok(())
-    }
-
-    fn write_producer_snapshot(&self, offset: i64) -> Result<()> {
-        write_atomic(&snapshot_path(&self.dir, offset), &self.producers.to_snapshot())?;
-        // Keep the two newest snapshots, and those of segments a crash would make recovery
-        // rescan (past the recovery point): rebuilding their transaction indexes replays from
-        // their start.
-        let rescan_from = self.sealed.range(..=self.recovery_point).next_back().map_or(i64::MIN, |(b, _)| *b);
-        let snaps = list_offsets(&self.dir, "snapshot")?;
-        if snaps.len() > 2 {
-            for o in snaps[..snaps.len() - 2].iter().filter(|o| **o < rescan_from) {
-                let _ = std::fs::remove_file(snapshot_path(&self.dir, *o));
-            }
-        }
         Ok(())
     }
 
@@ -550,9 +494,6 @@ impl Log {
     }
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark
-    }
-    pub fn recovery_point(&self) -> i64 {
-        self.recovery_point
     }
     pub fn producer_state(&self) -> &ProducerState {
         &self.producers
@@ -690,143 +631,6 @@ impl Log {
         Ok(())
     }
 
-    /// Whether `flush.ms` says the log is due for a flush.
-    pub fn flush_due(&self, now_ms: i64) -> bool {
-        self.unflushed_messages > 0
-            && self.config.flush_ms != i64::MAX
-            && now_ms - self.last_flush_ms >= self.config.flush_ms
-    }
-
-    /// fsyncs everything written so far and moves the recovery point to the log end.
-    pub fn flush(&mut self, now_ms: i64) -> Result<()> {
-        for s in self.sealed.values_mut().filter(|s| !s.flushed) {
-            s.sync()?;
-            s.flushed = true;
-        }
-        self.active.sync()?;
-        self.unflushed_messages = 0;
-        self.last_flush_ms = now_ms;
-        self.recovery_point = self.log_end_offset();
-        Ok(())
-    }
-
-    /// Sealed segments written but not yet synced, and the offset they end at: the caller syncs
-    /// them without holding the log and then calls [`Log::mark_flushed`].
-    pub fn pending_flush(&self) -> Option<(Vec<Arc<File>>, i64)> {
-        let pending: Vec<&SealedSegment> = self.sealed.values().filter(|s| !s.flushed).collect();
-        let upto = pending.last()?.core.next_offset;
-        Some((pending.iter().map(|s| s.core.file.clone()).collect(), upto))
-    }
-
-    /// Records that every sealed segment below `upto` is on disk.
-    pub fn mark_flushed(&mut self, upto: i64) {
-        for s in self.sealed.values_mut().filter(|s| s.core.next_offset <= upto) {
-            s.flushed = true;
-        }
-        if self.sealed.values().all(|s| s.flushed) {
-            self.recovery_point = self.recovery_point.max(upto);
-        }
-    }
-
-    /// Plans a read of whole batches starting with the batch that contains `offset`.
-    pub fn read(&self, offset: i64, max_bytes: usize, max_offset: i64, min_one: bool) -> Result<ReadStart> {
-        let leo = self.log_end_offset();
-        if offset < self.log_start_offset || offset > leo {
-            return Err(LogError::OffsetOutOfRange { offset, start: self.log_start_offset, end: leo });
-        }
-        let max_offset = max_offset.min(leo);
-        if offset >= max_offset {
-            return Ok(ReadStart::Empty);
-        }
-        let mut found = None;
-        for seg in self
-            .sealed
-            .range(..=offset)
-            .next_back()
-            .into_iter()
-            .map(|(_, s)| s)
-            .chain(self.sealed.range(offset + 1..).map(|(_, s)| s))
-        {
-            if seg.core.next_offset <= offset {
-                continue;
-            }
-            if let Some((pos, _)) = seg.core.find_batch(offset, seg.lookup_position(offset))? {
-                found = Some((&seg.core, pos));
-                break;
-            }
-        }
-        if found.is_none()
-            && let Some((pos, _)) = self.active.core.find_batch(offset, self.active.lookup_position(offset))?
-        {
-            found = Some((&self.active.core, pos));
-        }
-        let Some((core, pos)) = found else { return Ok(ReadStart::Empty) };
-        Ok(ReadStart::Plan(ReadPlan {
-            file: core.file.clone(),
-            path: core.log_path.clone(),
-            pos,
-            end: core.size,
-            max_bytes,
-            max_offset,
-            min_one,
-        }))
-    }
-
-    /// The first offset whose record timestamp is >= `ts`, with that timestamp (ListOffsets).
-    pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>> {
-        let cores = self
-            .sealed
-            .values()
-            .map(|s| (&s.core, s.lookup_time(ts)))
-            .chain(std::iter::once((&self.active.core, self.active.lookup_time(ts))));
-        for (core, hint) in cores {
-            if core.max_timestamp < ts || core.next_offset <= self.log_start_offset {
-                continue;
-            }
-            let mut pos = hint;
-            while let Some((at, h)) = core.find_batch_by_time(ts, pos)? {
-                pos = at + h.total_size() as u64;
-                if h.last_offset() < self.log_start_offset || h.base_offset >= self.high_watermark {
-                    if h.base_offset >= self.high_watermark {
-                        return Ok(None);
-                    }
-                    continue;
-                }
-                let bytes = core.read_batch(at, &h)?;
-                if let Some((o, t)) = first_record_at_or_after(&bytes, &h, ts)?
-                    && o >= self.log_start_offset
-                {
-                    return Ok(Some((o, t)));
-                }
-            }
-        }
-        Ok(None)
-    }
-
-    /// The offset and timestamp of the record with the largest timestamp (ListOffsets -3).
-    pub fn max_timestamp_offset(&self) -> Result<Option<(i64, i64)>> {
-        let best = self
-            .sealed
-            .values()
-            .map(|s| &s.core)
-            .chain(std::iter::once(&self.active.core))
-            .filter(|c| c.max_timestamp >= 0 && c.next_offset > self.log_start_offset)
-            .fold(None::<&segment::SegmentCore>, |acc, c| match acc {
-                Some(a) if a.max_timestamp >= c.max_timestamp => Some(a),
-                _ => Some(c),
-            });
-        let Some(core) = best else { return Ok(None) };
-        let mut pos = 0;
-        while let Some((at, h)) = core.find_batch(core.offset_of_max_timestamp, pos)? {
-            pos = at + h.total_size() as u64;
-            if h.max_timestamp == core.max_timestamp {
-                let bytes = core.read_batch(at, &h)?;
-                return first_record_at_or_after(&bytes, &h, core.max_timestamp);
-            }
-        }
-        Ok(None)
-    }
-
     /// Advances the log start offset (DeleteRecords) and deletes segments wholly below it.
     pub fn delete_records_before(&mut self, offset: i64) -> Result<i64> {
         if offset > self.high_watermark || offset < 0 {
@@ -904,6 +708,11 @@ impl Log {
     /// Clean shutdown: sync everything, trim indexes, snapshot producer state at the log end.
     /// Returns the recovery point to checkpoint (the log end).
     pub fn close(mut self, now_ms: i64) -> Result<i64> {
+        if self.txn_rebuild_floor() != i64::MAX {
+            // A transaction index write failed while the log ran: rebuild it (and producer
+            // state) from the log now, so the clean shutdown leaves it complete.
+            self.load_producer_state(false, true)?;
+        }
         self.flush(now_ms)?;
         let leo = self.log_end_offset();
         self.write_producer_snapshot(leo)?;
@@ -921,17 +730,4 @@ impl Log {
     pub fn compression(&self) -> TargetCompression {
         self.config.compression
     }
-}
-
-/// Decodes one batch and returns the first record with timestamp >= `ts`.
-fn first_record_at_or_after(bytes: &[u8], h: &BatchHeader, ts: i64) -> Result<Option<(i64, i64)>> {
-    if h.is_log_append_time() {
-        return Ok((h.max_timestamp >= ts).then_some((h.base_offset, h.max_timestamp)));
-    }
-    let mut b = Bytes::copy_from_slice(bytes);
-    let set = RecordBatchDecoder::decode(&mut b).map_err(|e| LogError::Corrupt {
-        path: PathBuf::new(),
-        reason: format!("cannot decode batch at {}: {e}", h.base_offset),
-    })?;
-    Ok(set.records.iter().find(|r| r.timestamp >= ts).map(|r| (r.offset, r.timestamp)))
 }

@@ -7,7 +7,9 @@
 //!
 //! Pure state: [`ProducerState::check`] and [`ProducerState::check_marker`] decide,
 //! [`ProducerState::record`] applies and returns the transaction a marker ended, which the log
-//! indexes (if aborted) and then hands to [`ProducerState::complete_txn`]. Snapshots are
+//! indexes (if aborted) and then hands to [`ProducerState::complete_txn`]; until then the
+//! transaction is open in every respect (the producer's entry and the partition's open
+//! transactions agree), so a failed index write leaves it open and the LSO where it was. Snapshots are
 //! written when a segment rolls and at clean shutdown; recovery loads the newest usable snapshot
 //! and replays the batches after it.
 
@@ -60,6 +62,15 @@ impl ProducerEntry {
     }
 }
 
+/// What the log cleaner must keep of a producer (Kafka's `LastRecord`): the batch holding its
+/// last sequence, or with no data batch of its current epoch, its last marker (the epoch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastRecord {
+    /// Last offset of its last data batch of the current epoch.
+    pub last_data_offset: Option<i64>,
+    pub producer_epoch: i16,
+}
+
 /// The outcome of checking a batch against the producer state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SeqCheck {
@@ -100,6 +111,18 @@ impl ProducerState {
             .collect();
         v.sort_unstable();
         v
+    }
+
+    /// Every producer's [`LastRecord`] (Kafka's `lastRecordsOfActiveProducers`).
+    pub fn last_records(&self) -> HashMap<i64, LastRecord> {
+        self.producers
+            .iter()
+            .map(|(id, e)| {
+                let last =
+                    LastRecord { last_data_offset: e.batches.back().map(|b| b.last_offset), producer_epoch: e.epoch };
+                (*id, last)
+            })
+            .collect()
     }
 
     /// Checks a client batch (offsets not yet assigned) against the state.
@@ -162,16 +185,26 @@ impl ProducerState {
     /// Records an appended batch (with its assigned offsets). A transactional data batch opens
     /// the producer's transaction if none is; a marker (`marker`, parsed from a control batch)
     /// ends it and returns it (none if the producer had no open transaction). The returned
-    /// transaction counts as open until [`ProducerState::complete_txn`].
+    /// transaction stays open, in the producer's entry as in the partition's open transactions,
+    /// until [`ProducerState::complete_txn`].
     pub fn record(&mut self, h: &BatchHeader, marker: Option<EndTxnMarker>) -> Option<CompletedTxn> {
         if !h.has_producer_id() {
             return None;
         }
         if h.is_control() {
-            // Control batches other than markers change nothing.
-            let m = marker?;
+            let Some(m) = marker else {
+                if h.record_count == 0 {
+                    // A marker the cleaner emptied, kept as the producer's last batch: its
+                    // transaction is gone from the log, its epoch still fences older ones.
+                    let entry = self.producers.entry(h.producer_id).or_default();
+                    entry.set_epoch(h.producer_epoch);
+                    entry.last_timestamp = h.max_timestamp;
+                }
+                // Other control batches change nothing.
+                return None;
+            };
             let entry = self.producers.entry(h.producer_id).or_default();
-            let done = entry.txn_first_offset.take().map(|first_offset| CompletedTxn {
+            let done = entry.txn_first_offset.map(|first_offset| CompletedTxn {
                 producer_id: h.producer_id,
                 first_offset,
                 last_offset: h.base_offset,
@@ -208,8 +241,13 @@ impl ProducerState {
     }
 
     /// Marks a transaction [`ProducerState::record`] returned as complete (after its index entry
-    /// is written).
+    /// is written): the producer's entry and the partition's open transactions both let it go.
     pub fn complete_txn(&mut self, txn: &CompletedTxn) {
+        if let Some(entry) = self.producers.get_mut(&txn.producer_id)
+            && entry.txn_first_offset == Some(txn.first_offset)
+        {
+            entry.txn_first_offset = None;
+        }
         if !self.txns.complete(txn) {
             tracing::warn!(
                 producer_id = txn.producer_id,
@@ -471,6 +509,52 @@ mod tests {
     }
 
     #[test]
+    fn a_transaction_stays_open_until_it_is_completed() {
+        let mut s = ProducerState::default();
+        s.record(&txn(1, 0, 0, 2, 10), None);
+        let done = s.record(&marker_hdr(1, 0, 12, 2000), Some(EndTxnMarker { commit: false, coordinator_epoch: 1 }));
+        let done = done.unwrap_or_else(|| panic!("a transaction was open"));
+        // The log failed to index it: nothing completed it. The entry and the partition's open
+        // transactions agree that it is open, so the LSO stays at 10 and the producer is
+        // treated as in a transaction (no plain batch, no expiry).
+        assert_eq!(s.get(1).and_then(|e| e.txn_first_offset), Some(10));
+        assert_eq!(s.ongoing_transactions(), vec![(10, 1)]);
+        assert_eq!(s.first_unstable_offset(), Some(10));
+        assert!(matches!(s.check(&hdr(1, 0, 2, 1, 0)), Err(LogError::InvalidTxnState { .. })));
+        s.expire(1_000_000, 500);
+        assert_eq!(s.len(), 1);
+        // A snapshot taken now says so too.
+        let back = ProducerState::from_snapshot(&s.to_snapshot()).unwrap_or_default();
+        assert_eq!(back.get(1).and_then(|e| e.txn_first_offset), Some(10));
+        // The coordinator's retry of the marker ends the same transaction at the new marker.
+        let retry = s.record(&marker_hdr(1, 0, 13, 2000), Some(EndTxnMarker { commit: false, coordinator_epoch: 1 }));
+        assert_eq!(retry.map(|t| (t.first_offset, t.last_offset)), Some((10, 13)));
+        s.complete_txn(&retry.unwrap_or(done));
+        assert_eq!(s.get(1).and_then(|e| e.txn_first_offset), None);
+        assert!(s.ongoing_transactions().is_empty());
+        assert_eq!(s.first_undecided_offset(), None);
+    }
+
+    #[test]
+    fn a_marker_the_cleaner_emptied_still_carries_the_epoch() {
+        let mut s = ProducerState::default();
+        s.record(&txn(3, 0, 0, 1, 5), None);
+        // The coordinator aborted with epoch 1; the cleaner later emptied the marker (no record).
+        let emptied = BatchHeader { record_count: 0, ..marker_hdr(3, 1, 6, 2000) };
+        assert_eq!(s.record(&emptied, None), None, "it completes nothing");
+        assert_eq!(s.get(3).map(|e| (e.epoch, e.batches.len(), e.last_timestamp)), Some((1, 0, 2000)));
+        assert!(matches!(s.check(&txn(3, 0, 1, 1, 0)), Err(LogError::ProducerFenced { current: 1, got: 0, .. })));
+        // Another control type with a record changes nothing.
+        assert_eq!(s.record(&marker_hdr(4, 0, 7, 2000), None), None);
+        assert!(s.get(4).is_none());
+        // What the cleaner must keep of each producer.
+        s.record(&hdr(5, 2, 0, 3, 10), None);
+        let last = s.last_records();
+        assert_eq!(last.get(&3), Some(&LastRecord { last_data_offset: None, producer_epoch: 1 }));
+        assert_eq!(last.get(&5), Some(&LastRecord { last_data_offset: Some(12), producer_epoch: 2 }));
+    }
+
+    #[test]
     fn transactional_checks_and_epochs() {
         let mut s = ProducerState::default();
         s.record(&txn(1, 2, 0, 2, 0), None);
@@ -486,7 +570,7 @@ mod tests {
         assert!(s.check_marker(1, 2, 0).is_ok());
         assert!(s.check_marker(1, 3, 0).is_ok(), "a newer epoch (the coordinator bumped it)");
         let done = s.record(&marker_hdr(1, 3, 2, 2000), Some(EndTxnMarker { commit: false, coordinator_epoch: 4 }));
-        assert!(done.is_some());
+        s.complete_txn(&done.unwrap_or_else(|| panic!("a transaction was open")));
         assert!(matches!(s.check_marker(1, 3, 3), Err(LogError::CoordinatorFenced { current: 4, got: 3, .. })));
         assert!(s.check_marker(1, 3, 4).is_ok());
         assert!(s.check_marker(99, 0, 0).is_ok(), "no state, nothing to fence");

@@ -3,8 +3,9 @@
 //!
 //! [`ActiveSegment`] is the only writable type. [`SealedSegment`] is what a segment becomes when
 //! the log rolls: its indexes are trimmed and reopened read-only. Writes to the active segment
-//! are plain `pwrite`s into the page cache: readable on return, durable after [`ActiveSegment::sync`]
-//! (or after the flusher syncs the sealed file).
+//! (its log and its transaction index) are plain `pwrite`s into the page cache: readable on
+//! return, durable after [`ActiveSegment::sync`] or, once sealed, after the flusher syncs the
+//! sealed segment's files outside the log's lock (`Log::pending_flush`).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -117,7 +118,7 @@ pub struct SealedSegment {
     pub core: SegmentCore,
     offset_index: IndexReader<OffsetEntry>,
     time_index: IndexReader<TimeEntry>,
-    /// Whether the log file has been fsynced since it was sealed.
+    /// Whether the log file and the transaction index have been fsynced since it was sealed.
     pub flushed: bool,
 }
 
@@ -411,9 +412,15 @@ impl ActiveSegment {
     }
 
     /// Indexes an aborted transaction whose marker was just appended to this segment. Readable
-    /// on return, durable after [`ActiveSegment::sync`] or sealing.
+    /// on return, durable after [`ActiveSegment::sync`] or the flush of the sealed segment. If
+    /// the write fails the
+    /// index is marked for a rebuild from the log (the marker is in the log already).
     pub fn append_aborted_txn(&mut self, txn: &AbortedTxn) -> Result<()> {
-        self.core.txn_index.append(txn)
+        let r = self.core.txn_index.append(txn);
+        if r.is_err() {
+            self.core.txn_rebuild = true;
+        }
+        r
     }
 
     /// Replaces the transaction index with what recovery's replay found.
@@ -431,11 +438,12 @@ impl ActiveSegment {
         position_for_time(self.core.base_offset, &self.offset_index, &self.time_index, ts)
     }
 
-    /// Seals the segment: final time index entry, indexes trimmed and reopened read-only, the
-    /// transaction index synced (a sealed segment below the recovery point is trusted).
+    /// Seals the segment: final time index entry, indexes trimmed and reopened read-only. No
+    /// fsync (the partition lock is held): the log file and transaction index are synced with
+    /// the sealed segment ([`SealedSegment::sync`], or by the flusher through `Log::pending_flush`)
+    /// before the recovery point passes it, since recovery trusts the indexes below it.
     pub fn seal(mut self) -> Result<SealedSegment> {
         self.append_time_entry();
-        self.core.txn_index.sync()?;
         let offset_index = self.offset_index.seal()?;
         let time_index = self.time_index.seal()?;
         Ok(SealedSegment { core: self.core, offset_index, time_index, flushed: false })
@@ -483,7 +491,7 @@ impl ActiveSegment {
 
 impl SealedSegment {
     /// Opens a segment that is not the last one. `trusted`: it ends at or below the recovery
-    /// point (fsynced with its indexes), so a sane index is used as is. Otherwise (or when an index fails its sanity
+    /// point (its log and transaction index fsynced; the sparse indexes are checked), so a sane index is used as is. Otherwise (or when an index fails its sanity
     /// check) the segment is scanned; the scan's [`ScanResult::truncated`] tells the caller
     /// whether the log must be cut here.
     pub fn open(
@@ -539,6 +547,7 @@ impl SealedSegment {
     pub(crate) fn relocate(&mut self, dir: &Path) {
         self.core.dir = dir.into();
         self.core.log_path = dir.join(file_name(self.core.base_offset, "log"));
+        self.core.txn_index.relocate(dir.join(file_name(self.core.base_offset, "txnindex")));
     }
 
     pub(crate) fn dir(&self) -> &Path {
@@ -553,22 +562,30 @@ impl SealedSegment {
         position_for_time(self.core.base_offset, &self.offset_index, &self.time_index, ts)
     }
 
-    pub fn sync(&self) -> Result<()> {
-        self.core.file.sync_data().map_err(LogError::io(&self.core.log_path))
+    /// fsyncs the log file and the transaction index.
+    pub fn sync(&mut self) -> Result<()> {
+        self.core.file.sync_data().map_err(LogError::io(&self.core.log_path))?;
+        self.core.txn_index.sync()
     }
 
-    /// Replaces the transaction index with what recovery's replay found (synced).
+    /// The files a flush must sync: the log file, and the transaction index if it was written
+    /// since its last sync.
+    pub fn unsynced_files(&self) -> impl Iterator<Item = Arc<File>> {
+        std::iter::once(self.core.file.clone()).chain(self.core.txn_index.unsynced_file())
+    }
+
+    /// The files [`SealedSegment::unsynced_files`] returned were synced.
+    pub(crate) fn mark_flushed(&mut self) {
+        self.flushed = true;
+        self.core.txn_index.mark_synced();
+    }
+
+    /// Replaces the transaction index with what recovery's replay (or the cleaner) found,
+    /// durably.
     pub(crate) fn rebuild_txn_index(&mut self, entries: &[AbortedTxn]) -> Result<()> {
         self.core.txn_index.rewrite(entries)?;
         self.core.txn_rebuild = false;
         Ok(())
-    }
-
-    /// Takes over `old`'s transaction index (the cleaner keeps every control batch, so the
-    /// aborted transactions of a cleaned segment are the original's, and the file stays).
-    pub(crate) fn adopt_txn_index(&mut self, old: SealedSegment) {
-        self.core.txn_index = old.core.txn_index;
-        self.core.txn_rebuild = old.core.txn_rebuild;
     }
 
     pub fn delete(self) {

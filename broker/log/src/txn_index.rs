@@ -8,13 +8,15 @@
 //! lowest other open transaction, else the marker's offset + 1), which lets a read_committed
 //! fetch stop searching later segments. Kafka's `DumpLogSegments --transaction-index` reads it.
 //!
-//! The file is created with its first entry, as Kafka does, so most segments have none. Writes
-//! are `pwrite`s (readable on return) and durable once the segment is sealed or synced; recovery
-//! rebuilds the index of every segment it rescans.
+//! The file is created with its first entry, as Kafka does, so most segments have none. Appends
+//! are `pwrite`s (readable on return) and durable once the segment is synced; a rebuild replaces
+//! the whole file atomically (`TxnIndex::rewrite`); recovery rebuilds the index of every
+//! segment it rescans.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::batch::be_i64;
 use crate::error::{LogError, Result};
@@ -71,8 +73,9 @@ pub struct TxnSearch {
 /// One segment's transaction index. Segments expose appends only on the active segment.
 pub struct TxnIndex {
     path: PathBuf,
-    /// Open once the file exists.
-    file: Option<File>,
+    /// Open once the file exists; shared with the flusher, which syncs it outside the log's
+    /// lock ([`TxnIndex::unsynced_file`]).
+    file: Option<Arc<File>>,
     /// Bytes of whole entries.
     len: u64,
     last_offset: Option<i64>,
@@ -93,7 +96,7 @@ impl TxnIndex {
         };
         let file_len = file.metadata().map_err(LogError::io(path))?.len();
         idx.len = file_len - file_len % ENTRY_SIZE as u64;
-        idx.file = Some(file);
+        idx.file = Some(Arc::new(file));
         let mut problem = (file_len % ENTRY_SIZE as u64 != 0).then(|| format!("{file_len} bytes is not whole entries"));
         match idx.read_all() {
             Ok(entries) => {
@@ -130,31 +133,25 @@ impl TxnIndex {
     }
 
     fn read_all(&self) -> std::result::Result<Vec<AbortedTxn>, String> {
-        let Some(file) = &self.file else { return Ok(Vec::new()) };
-        let mut buf = vec![0u8; self.len as usize];
-        file.read_exact_at(&mut buf, 0).map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
-        buf.chunks_exact(ENTRY_SIZE).map(|c| AbortedTxn::parse(c).map_err(|v| format!("entry version {v}"))).collect()
+        self.reader().read_all()
     }
 
     /// Every entry, in marker order.
     pub fn entries(&self) -> Result<Vec<AbortedTxn>> {
-        self.read_all().map_err(|reason| LogError::Corrupt { path: self.path.clone(), reason })
+        self.reader().entries()
     }
 
     /// The aborted transactions that overlap `[fetch_offset, upper_bound_offset)` (last offset
     /// at or after the start, first offset before the end), as Kafka's `collectAbortedTxns`.
     pub fn collect(&self, fetch_offset: i64, upper_bound_offset: i64) -> Result<TxnSearch> {
-        let mut out = TxnSearch::default();
-        for e in self.entries()? {
-            if e.last_offset >= fetch_offset && e.first_offset < upper_bound_offset {
-                out.aborted.push(e);
-            }
-            if e.last_stable_offset >= upper_bound_offset {
-                out.complete = true;
-                return Ok(out);
-            }
-        }
-        Ok(out)
+        self.reader().collect(fetch_offset, upper_bound_offset)
+    }
+
+    /// A reader of the entries written so far, usable without the log's lock (the cleaner's):
+    /// appends go after them, and a rewrite replaces the file by a rename, which leaves the
+    /// reader's file whole.
+    pub fn reader(&self) -> TxnIndexReader {
+        TxnIndexReader { file: self.file.clone(), path: self.path.clone(), len: self.len }
     }
 
     fn file_for_write(&mut self) -> Result<&File> {
@@ -166,9 +163,10 @@ impl TxnIndex {
                 .create(true)
                 .truncate(false)
                 .open(&self.path)
+                .map(Arc::new)
                 .map_err(LogError::io(&self.path))?,
         };
-        Ok(&*self.file.insert(f))
+        Ok(&**self.file.insert(f))
     }
 
     /// Appends an entry (creating the file if needed). Readable on return, durable after
@@ -220,17 +218,54 @@ impl TxnIndex {
         Ok(())
     }
 
-    /// Replaces every entry with `entries` and syncs the file (recovery's rebuild: the segment
-    /// may already be below the recovery point, which trusts its index from then on).
+    /// Replaces every entry with `entries`, durably and atomically (recovery's rebuild and the
+    /// cleaner's output: the segment may already be below the recovery point, which trusts its
+    /// index from then on). The entries go to `NNN.txnindex.tmp`, which is fsynced and renamed
+    /// over the index, then the directory is fsynced: a crash leaves the old index or the new
+    /// one, never a mix (a leftover `.tmp` is removed when the log opens), and a reader holding
+    /// the old file keeps reading it whole. No entries: the file is removed.
     pub(crate) fn rewrite(&mut self, entries: &[AbortedTxn]) -> Result<()> {
-        if self.file.is_none() && entries.is_empty() {
-            return Ok(());
+        if let Some(w) = entries.windows(2).find(|w| w[0].last_offset >= w[1].last_offset) {
+            return Err(LogError::Corrupt {
+                path: self.path.clone(),
+                reason: format!(
+                    "aborted transaction ending at {} after one ending at {}",
+                    w[1].last_offset, w[0].last_offset
+                ),
+            });
         }
-        self.reset()?;
-        for e in entries {
-            self.append(e)?;
+        let dir = self.path.parent().map(Path::to_path_buf).unwrap_or_default();
+        if entries.is_empty() {
+            if self.file.take().is_some() {
+                match std::fs::remove_file(&self.path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(LogError::Io { path: self.path.clone(), source: e });
+                    }
+                    _ => sync_dir(&dir)?,
+                }
+            }
+        } else {
+            let mut tmp = self.path.clone().into_os_string();
+            tmp.push(".tmp");
+            let tmp = PathBuf::from(tmp);
+            let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_bytes()).collect();
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)
+                .map_err(LogError::io(&tmp))?;
+            file.write_all_at(&bytes, 0).map_err(LogError::io(&tmp))?;
+            file.sync_all().map_err(LogError::io(&tmp))?;
+            std::fs::rename(&tmp, &self.path).map_err(LogError::io(&self.path))?;
+            sync_dir(&dir)?;
+            self.file = Some(Arc::new(file));
         }
-        self.sync()
+        self.len = (entries.len() * ENTRY_SIZE) as u64;
+        self.last_offset = entries.last().map(|e| e.last_offset);
+        self.dirty = false;
+        Ok(())
     }
 
     /// fsyncs the file if it was written since the last sync.
@@ -242,6 +277,23 @@ impl TxnIndex {
         Ok(())
     }
 
+    /// The file, if it was written since the last sync: for a caller that syncs it without
+    /// holding the log and then reports it with `TxnIndex::mark_synced`.
+    pub fn unsynced_file(&self) -> Option<Arc<File>> {
+        self.file.as_ref().filter(|_| self.dirty).cloned()
+    }
+
+    /// Records that the file handed out by [`TxnIndex::unsynced_file`] was synced. Only for an
+    /// index that takes no appends in between (a sealed segment's).
+    pub(crate) fn mark_synced(&mut self) {
+        self.dirty = false;
+    }
+
+    /// The file was renamed to `path` (the cleaner's swap); the open handle follows it.
+    pub(crate) fn relocate(&mut self, path: PathBuf) {
+        self.path = path;
+    }
+
     /// Removes the file (the segment is deleted).
     pub(crate) fn delete(&self) {
         if let Err(e) = std::fs::remove_file(&self.path)
@@ -250,6 +302,53 @@ impl TxnIndex {
             tracing::warn!(path = %self.path.display(), error = %e, "could not delete transaction index");
         }
     }
+}
+
+/// The entries of a [`TxnIndex`] as they were when [`TxnIndex::reader`] was called.
+#[derive(Clone)]
+pub struct TxnIndexReader {
+    file: Option<Arc<File>>,
+    path: PathBuf,
+    /// Bytes of whole entries.
+    len: u64,
+}
+
+impl TxnIndexReader {
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn read_all(&self) -> std::result::Result<Vec<AbortedTxn>, String> {
+        let Some(file) = &self.file else { return Ok(Vec::new()) };
+        let len = usize::try_from(self.len).map_err(|e| e.to_string())?;
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, 0).map_err(|e| format!("cannot read {}: {e}", self.path.display()))?;
+        buf.chunks_exact(ENTRY_SIZE).map(|c| AbortedTxn::parse(c).map_err(|v| format!("entry version {v}"))).collect()
+    }
+
+    /// Every entry, in marker order.
+    pub fn entries(&self) -> Result<Vec<AbortedTxn>> {
+        self.read_all().map_err(|reason| LogError::Corrupt { path: self.path.clone(), reason })
+    }
+
+    /// See [`TxnIndex::collect`].
+    pub fn collect(&self, fetch_offset: i64, upper_bound_offset: i64) -> Result<TxnSearch> {
+        let mut out = TxnSearch::default();
+        for e in self.entries()? {
+            if e.last_offset >= fetch_offset && e.first_offset < upper_bound_offset {
+                out.aborted.push(e);
+            }
+            if e.last_stable_offset >= upper_bound_offset {
+                out.complete = true;
+                return Ok(out);
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(LogError::io(dir))
 }
 
 #[cfg(test)]
@@ -331,6 +430,43 @@ mod tests {
         let (idx, problem) = TxnIndex::open(&p, 100)?;
         assert!(problem.is_none());
         assert_eq!(idx.entries()?, vec![txn(7, 100, 101, 102)]);
+        Ok(())
+    }
+
+    #[test]
+    fn rewrites_replace_the_file_whole() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(LogError::io("tmp"))?;
+        let p = dir.path().join("00000000000000000100.txnindex");
+        let (mut idx, _) = TxnIndex::open(&p, 100)?;
+        idx.append(&txn(1, 90, 105, 106))?;
+        idx.append(&txn(2, 100, 110, 111))?;
+        idx.sync()?;
+        let before = std::fs::read(&p).map_err(LogError::io(&p))?;
+        // A reader (or a crash) in the middle of the rewrite sees the old index whole: the new
+        // one is written aside and renamed over it, never written into it.
+        let reader = File::open(&p).map_err(LogError::io(&p))?;
+        idx.rewrite(&[txn(7, 100, 101, 102)])?;
+        let mut old = vec![0u8; before.len()];
+        reader.read_exact_at(&mut old, 0).map_err(LogError::io(&p))?;
+        assert_eq!(old, before, "the old file is untouched");
+        assert_eq!(std::fs::read(&p).map_err(LogError::io(&p))?, txn(7, 100, 101, 102).to_bytes().to_vec());
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .map_err(LogError::io(dir.path()))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect();
+        assert_eq!(names, vec!["00000000000000000100.txnindex".to_string()], "no temporary file left");
+        // The handle follows the new file: appends go on after the rewritten entries.
+        idx.append(&txn(8, 103, 104, 105))?;
+        let (reopened, problem) = TxnIndex::open(&p, 100)?;
+        assert!(problem.is_none());
+        assert_eq!(reopened.entries()?, vec![txn(7, 100, 101, 102), txn(8, 103, 104, 105)]);
+        // Entries out of order are refused and change nothing.
+        assert!(idx.rewrite(&[txn(1, 100, 120, 121), txn(2, 100, 110, 111)]).is_err());
+        assert_eq!(idx.len(), 2);
+        // No entries: no file.
+        idx.rewrite(&[])?;
+        assert!(!p.exists() && idx.is_empty());
         Ok(())
     }
 }

@@ -292,6 +292,55 @@ fn after_a_crash_only_segments_past_the_recovery_point_are_rescanned() -> R {
     Ok(())
 }
 
+/// Base offsets of the producer snapshots in `dir`.
+fn snapshots(dir: &Path) -> Vec<i64> {
+    let mut v: Vec<i64> = std::fs::read_dir(dir)
+        .expect("list")
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().strip_suffix(".snapshot").and_then(|s| s.parse().ok()))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn snapshots_recovery_needs_are_kept_until_the_recovery_point_is_checkpointed() -> R {
+    let d = tempfile::tempdir()?;
+    let config = LogConfig { segment_bytes: 1 << 20, ..small() };
+    let mut log = open(d.path(), config.clone(), true, 0);
+    // Two records of idempotent producer 7 from sequence `seq`.
+    let produce = |log: &mut Log, seq: i32| {
+        let b = oxbow_log::testing::batch(2, 0, 0, Compression::None, Some((7, 0, seq)));
+        let v = validate_produce(&b, 1 << 20).expect("valid");
+        log.append(&b, &v, 0, 0).expect("append")
+    };
+    produce(&mut log, 0); // 0..=1
+    log.roll(0)?; // snapshot 2
+    log.flush(0)?;
+    // The checkpoint writer takes the recovery point, twice: the file holds 2.
+    assert_eq!((log.recovery_point(), log.recovery_point()), (2, 2));
+    for seq in [2, 4, 6, 8] {
+        produce(&mut log, seq);
+        log.roll(0)?;
+        log.flush(0)?; // the recovery point in memory moves on, the checkpointed one does not
+    }
+    assert_eq!(log.log_end_offset(), 10);
+    // A crash now recovers from 2: the snapshot there is what it needs, and it is kept.
+    assert_eq!(snapshots(d.path()), vec![2, 4, 6, 8, 10]);
+    drop(log);
+    let (mut log, report) = Log::open(d.path(), config, opts(false, 2))?;
+    assert_eq!(report.segments_recovered, 5, "segments 2, 4, 6, 8 and the active one");
+    let retry = produce(&mut log, 8);
+    assert!(retry.duplicate && retry.base_offset == 8, "producer 7's sequences survived: {retry:?}");
+    // Once a later recovery point is checkpointed, what is older goes at the next roll.
+    log.flush(0)?;
+    assert_eq!((log.recovery_point(), log.recovery_point()), (10, 10));
+    produce(&mut log, 10);
+    log.roll(0)?;
+    assert_eq!(snapshots(d.path()), vec![10, 12]);
+    Ok(())
+}
+
 #[test]
 fn damaged_index_is_rebuilt() -> R {
     let d = tempfile::tempdir()?;

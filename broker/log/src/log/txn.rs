@@ -14,8 +14,8 @@ use crate::control::{self, EndTxnMarker};
 use crate::error::{LogError, Result};
 use crate::log::{AppendResult, Log, list_offsets, snapshot_path};
 use crate::producer_state::ProducerState;
-use crate::segment::{SegmentCore, read_at, scan_log};
-use crate::txn_index::AbortedTxn;
+use crate::segment::{ActiveSegment, SealedSegment, SegmentCore, read_at, scan_log};
+use crate::txn_index::{AbortedTxn, TxnIndexReader};
 
 /// Applies one appended batch to the producer state. A marker that ends a transaction hands
 /// it to `index` first if it was aborted (with the LSO once it completes), then completes it:
@@ -37,6 +37,14 @@ fn apply_batch(
     }
     producers.complete_txn(&txn);
     Ok(())
+}
+
+/// Every segment's core, oldest first.
+pub(super) fn segment_cores<'a>(
+    sealed: &'a BTreeMap<i64, SealedSegment>,
+    active: &'a ActiveSegment,
+) -> impl Iterator<Item = &'a SegmentCore> {
+    sealed.values().map(|s| &s.core).chain(std::iter::once(&active.core))
 }
 
 /// The marker a control batch read back from a segment carries; a damaged one is skipped (it
@@ -97,11 +105,19 @@ impl Log {
     }
 
     /// Updates producer state (and, for a marker that aborts a transaction, the active
-    /// segment's transaction index) for a batch just written to the active segment.
+    /// segment's transaction index) for a batch just written to the active segment. If the
+    /// index write fails the transaction stays open (the LSO does not pass it), the segment is
+    /// marked for an index rebuild and the recovery point drops below it, so recovery from the
+    /// log completes the transaction and rebuilds the index.
     pub(super) fn record_batch(&mut self, h: &BatchHeader, bytes: &[u8]) -> Result<()> {
         let marker = marker_of(bytes, h);
         let active = &mut self.active;
-        apply_batch(&mut self.producers, h, marker, |txn| active.append_aborted_txn(txn))
+        let r = apply_batch(&mut self.producers, h, marker, |txn| active.append_aborted_txn(txn));
+        if let Err(e) = &r {
+            tracing::error!(dir = %self.dir.display(), offset = h.base_offset, error = %e, "cannot index an aborted transaction; it stays open until the index is rebuilt");
+            self.recovery_point = self.recovery_point.min(self.active.core.base_offset);
+        }
+        r
     }
 
     /// Refuses replicated control batches whose marker cannot be parsed, before they are written.
@@ -145,6 +161,16 @@ impl Log {
         Ok(out)
     }
 
+    /// Readers of the non-empty transaction indexes of the segments from the one holding
+    /// `offset` on, for reading outside the lock (the cleaner). No I/O.
+    pub(crate) fn txn_index_readers_from(&self, offset: i64) -> Vec<TxnIndexReader> {
+        let floor = self.sealed.range(..=offset).next_back().map_or(i64::MIN, |(b, _)| *b);
+        segment_cores(&self.sealed, &self.active)
+            .filter(|c| c.base_offset >= floor && !c.txn_index().is_empty())
+            .map(|c| c.txn_index().reader())
+            .collect()
+    }
+
     /// The first offset of a transaction that is open, or whose marker is not yet below the high
     /// watermark; never below the log start (Kafka's `firstUnstableOffset`).
     pub fn first_unstable_offset(&self) -> Option<i64> {
@@ -157,28 +183,28 @@ impl Log {
         self.first_unstable_offset().map_or(self.high_watermark, |o| o.min(self.high_watermark))
     }
 
-    fn segment_cores(&self) -> impl Iterator<Item = &SegmentCore> {
-        self.sealed.values().map(|s| &s.core).chain(std::iter::once(&self.active.core))
-    }
-
     /// Loads the newest usable snapshot at or below the log end and replays the batches after
     /// it, rebuilding open transactions. Snapshots above the log end (the log was truncated) are
-    /// deleted. With `rebuild_txn_indexes` (opening the log), the transaction index of every
-    /// segment recovery rescanned, or whose index failed its check, is rebuilt from the replay,
-    /// which then starts at a snapshot at or below the first of them, as Kafka rebuilds producer
-    /// state up to a segment before recovering it.
-    pub(super) fn load_producer_state(&mut self, clean: bool, rebuild_txn_indexes: bool) -> Result<()> {
+    /// deleted. With `rebuild_txn_indexes`, the transaction index of every segment marked for it
+    /// (rescanned by recovery or reopened by a truncation, an index that failed its check, or an
+    /// index write that failed) is rebuilt from the replay, which then starts at a snapshot at or
+    /// below the first of them, as Kafka rebuilds producer state up to a segment before
+    /// recovering it; snapshots above that first segment are deleted, since they may hold what
+    /// the rebuild corrects (a transaction left open by a failed index write). Returns whether
+    /// it did so (the caller then snapshots the rebuilt state).
+    pub(super) fn load_producer_state(&mut self, clean: bool, rebuild_txn_indexes: bool) -> Result<bool> {
         let leo = self.log_end_offset();
         let stale: Vec<i64> = if rebuild_txn_indexes {
-            self.segment_cores().filter(|c| c.txn_rebuild).map(|c| c.base_offset).collect()
+            segment_cores(&self.sealed, &self.active).filter(|c| c.txn_rebuild).map(|c| c.base_offset).collect()
         } else {
             Vec::new()
         };
+        let upto = stale.first().copied().unwrap_or(leo);
         let mut snaps = list_offsets(&self.dir, "snapshot")?;
-        for &o in snaps.iter().filter(|&&o| o > leo) {
+        for &o in snaps.iter().filter(|&&o| o > upto) {
             let _ = std::fs::remove_file(snapshot_path(&self.dir, o));
         }
-        snaps.retain(|&o| o <= stale.first().copied().unwrap_or(leo));
+        snaps.retain(|&o| o <= upto);
         self.producers = ProducerState::default();
         let mut from = self.first_segment_base();
         while let Some(o) = snaps.pop() {
@@ -196,7 +222,7 @@ impl Log {
             }
         }
         if clean && from == leo && stale.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let segs: Vec<(Arc<File>, PathBuf, i64, i64, u64)> = self
             .sealed
@@ -240,9 +266,11 @@ impl Log {
             }
         }
         self.producers.on_high_watermark(self.high_watermark);
-        Ok(())
+        Ok(!stale.is_empty())
     }
 }
 
+#[cfg(test)]
+mod compaction_tests;
 #[cfg(test)]
 mod tests;

@@ -14,55 +14,55 @@ use crate::testing;
 use crate::txn_index::TxnIndex;
 use crate::{AppendResult, Log, LogConfig, LogError, OpenOptions, ReadStart};
 
-type R<T = ()> = Result<T, Box<dyn Error>>;
+pub(super) type R<T = ()> = Result<T, Box<dyn Error>>;
 /// A record read back: (offset, key, value, is control).
-type Rec = (i64, String, String, bool);
+pub(super) type Rec = (i64, String, String, bool);
 /// A data record read back: (offset, key, value).
-type KeyValue = (i64, String, String);
+pub(super) type KeyValue = (i64, String, String);
 
-fn opts(clean: bool, recovery_point: i64) -> OpenOptions {
+pub(super) fn opts(clean: bool, recovery_point: i64) -> OpenOptions {
     OpenOptions { clean_shutdown: clean, recovery_point, log_start_offset: None, high_watermark: None, now_ms: 0 }
 }
 
-fn open(dir: &Path, config: LogConfig, clean: bool, recovery_point: i64) -> Result<Log, LogError> {
+pub(super) fn open(dir: &Path, config: LogConfig, clean: bool, recovery_point: i64) -> Result<Log, LogError> {
     Log::open(dir, config, opts(clean, recovery_point)).map(|(log, _)| log)
 }
 
 /// Segments large enough to roll only where a test calls [`Log::roll`].
-fn hand_rolled() -> LogConfig {
+pub(super) fn hand_rolled() -> LogConfig {
     LogConfig { segment_bytes: 1 << 20, index_interval_bytes: 256, segment_index_bytes: 4096, ..LogConfig::default() }
 }
 
-fn produce(log: &mut Log, b: &[u8]) -> Result<AppendResult, LogError> {
+pub(super) fn produce(log: &mut Log, b: &[u8]) -> Result<AppendResult, LogError> {
     let v = validate_produce(b, 1 << 20)?;
     log.append(b, &v, 0, 0)
 }
 
 /// A transactional batch of `n` records from producer `pid`.
-fn txn(log: &mut Log, pid: i64, epoch: i16, seq: i32, n: i64) -> Result<AppendResult, LogError> {
+pub(super) fn txn(log: &mut Log, pid: i64, epoch: i16, seq: i32, n: i64) -> Result<AppendResult, LogError> {
     produce(log, &testing::txn_batch(n, 0, (pid, epoch, seq)))
 }
 
 /// `n` records without a producer id.
-fn plain(log: &mut Log, n: i64) -> Result<AppendResult, LogError> {
+pub(super) fn plain(log: &mut Log, n: i64) -> Result<AppendResult, LogError> {
     produce(log, &testing::batch(n, 0, 0, Compression::None, None))
 }
 
 /// The coordinator's marker (coordinator epoch 0, leader epoch 0).
-fn end(log: &mut Log, pid: i64, epoch: i16, commit: bool) -> Result<AppendResult, LogError> {
+pub(super) fn end(log: &mut Log, pid: i64, epoch: i16, commit: bool) -> Result<AppendResult, LogError> {
     log.append_marker(pid, epoch, 0, commit, 0, 0)
 }
 
-fn txn_index_path(log: &Log, base: i64) -> PathBuf {
+pub(super) fn txn_index_path(log: &Log, base: i64) -> PathBuf {
     log.dir().join(file_name(base, "txnindex"))
 }
 
-fn index_entries(log: &Log, base: i64) -> Result<Vec<crate::txn_index::AbortedTxn>, LogError> {
+pub(super) fn index_entries(log: &Log, base: i64) -> Result<Vec<crate::txn_index::AbortedTxn>, LogError> {
     TxnIndex::open(&txn_index_path(log, base), base)?.0.entries()
 }
 
 /// The bytes from `from` to the log end, as a fetch (or a follower) gets them.
-fn raw_from(log: &Log, from: i64) -> Result<Vec<u8>, LogError> {
+pub(super) fn raw_from(log: &Log, from: i64) -> Result<Vec<u8>, LogError> {
     Ok(match log.read(from, 1 << 24, log.log_end_offset(), true)? {
         ReadStart::Empty => Vec::new(),
         ReadStart::Plan(p) => p.execute()?.to_vec(),
@@ -70,7 +70,7 @@ fn raw_from(log: &Log, from: i64) -> Result<Vec<u8>, LogError> {
 }
 
 /// Every record from the log start, segment after segment: (offset, key, value, is control).
-fn records(log: &Log) -> R<Vec<Rec>> {
+pub(super) fn records(log: &Log) -> R<Vec<Rec>> {
     let s = |b: &Option<bytes::Bytes>| b.as_ref().map(|b| String::from_utf8_lossy(b).to_string()).unwrap_or_default();
     let mut out = Vec::new();
     let mut next = log.log_start_offset();
@@ -195,6 +195,50 @@ fn aborted_transactions_across_segment_rolls() -> R {
     log.delete_records_before(13)?;
     assert!(!txn_index_path(&log, 9).exists());
     assert_eq!(log.aborted_transactions(13, 16)?, vec![(3, 10)]);
+    Ok(())
+}
+
+#[test]
+fn sealed_transaction_indexes_are_synced_by_the_flusher_before_the_recovery_point_passes() -> R {
+    use std::os::unix::fs::MetadataExt;
+    let d = tempfile::tempdir()?;
+    let mut log = open(d.path(), hand_rolled(), true, 0)?;
+    txn(&mut log, 1, 0, 0, 2)?; // 0..=1
+    end(&mut log, 1, 0, false)?; // 2, indexed in segment 0
+    log.roll(0)?;
+    plain(&mut log, 2)?; // 3..=4, nothing to index
+    log.roll(0)?;
+    let rp = log.recovery_point();
+    // Sealing synced nothing (it runs under the partition lock): the flusher gets both files of
+    // segment 0 and the log file of segment 3, to sync outside the lock.
+    let (files, upto) = log.pending_flush().ok_or("two segments to flush")?;
+    assert_eq!(upto, 5);
+    let inode = |p: PathBuf| std::fs::metadata(p).map(|m| (m.dev(), m.ino()));
+    let mut got: Vec<(u64, u64)> =
+        files.iter().map(|f| f.metadata().map(|m| (m.dev(), m.ino()))).collect::<Result<_, _>>()?;
+    let mut want = vec![
+        inode(d.path().join(file_name(0, "log")))?,
+        inode(txn_index_path(&log, 0))?,
+        inode(d.path().join(file_name(3, "log")))?,
+    ];
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want);
+    assert_eq!(log.recovery_point(), rp, "nothing below it is on disk yet");
+    for f in &files {
+        f.sync_data()?;
+    }
+    log.mark_flushed(upto);
+    assert_eq!(log.recovery_point(), 5);
+    assert!(log.pending_flush().is_none(), "the index counts as synced too");
+    // Log::flush syncs a sealed segment's index as well.
+    end(&mut log, 1, 0, false)?; // 5: nothing open, nothing indexed
+    txn(&mut log, 2, 0, 0, 1)?; // 6
+    end(&mut log, 2, 0, false)?; // 7
+    log.roll(0)?;
+    log.flush(0)?;
+    assert!(log.pending_flush().is_none());
+    assert_eq!(log.recovery_point(), 8);
     Ok(())
 }
 
@@ -341,6 +385,56 @@ fn a_killed_broker_rebuilds_open_transactions_and_transaction_indexes() -> R {
 }
 
 #[test]
+fn a_failed_index_write_leaves_the_transaction_open_until_the_index_is_rebuilt() -> R {
+    for crash in [true, false] {
+        let d = tempfile::tempdir()?;
+        let mut log = open(d.path(), hand_rolled(), true, 0)?;
+        txn(&mut log, 1, 0, 0, 2)?; // 0..=1
+        txn(&mut log, 2, 0, 0, 1)?; // 2
+        log.flush(0)?;
+        assert_eq!(log.recovery_point(), 3);
+        // The index file cannot be created: its path is taken by a directory.
+        let p = txn_index_path(&log, 0);
+        std::fs::create_dir(&p)?;
+        let err = end(&mut log, 1, 0, false).err().ok_or("the index write must fail")?; // 3
+        assert!(err.is_storage_error(), "{err}");
+        std::fs::remove_dir(&p)?;
+        assert_eq!(log.log_end_offset(), 4, "the marker is in the log");
+        log.set_high_watermark(4);
+        // Open in the producer's entry as in the partition's transactions: the LSO stays at 0.
+        assert_eq!(log.producer_state().get(1).and_then(|e| e.txn_first_offset), Some(0));
+        assert_eq!(log.producer_state().ongoing_transactions(), vec![(0, 1), (2, 2)]);
+        assert_eq!(log.last_stable_offset(), 0);
+        assert_eq!(log.recovery_point(), 0, "a crash must rescan the segment");
+        // The log goes on; flushes keep the recovery point at the segment.
+        end(&mut log, 2, 0, true)?; // 4
+        log.roll(0)?; // its snapshot holds producer 1 open
+        plain(&mut log, 1)?; // 5
+        log.flush(0)?;
+        assert_eq!(log.recovery_point(), 0);
+        let mut log = if crash {
+            let rp = log.recovery_point();
+            drop(log);
+            open(d.path(), hand_rolled(), false, rp)?
+        } else {
+            let rp = log.close(0)?;
+            open(d.path(), hand_rolled(), true, rp)?
+        };
+        // Rebuilt from the log: the abort is indexed and nothing is open.
+        log.set_high_watermark(6);
+        assert_eq!(log.aborted_transactions(0, 6)?, vec![(1, 0)], "crash: {crash}");
+        assert_eq!(index_entries(&log, 0)?.iter().map(|t| t.last_stable_offset).collect::<Vec<_>>(), vec![2]);
+        assert!(log.producer_state().ongoing_transactions().is_empty());
+        assert_eq!(log.last_stable_offset(), 6);
+        // And the snapshot that held producer 1 open is gone: a truncation reloads the truth.
+        log.truncate_to(5, 0)?;
+        assert!(log.producer_state().ongoing_transactions().is_empty());
+        assert_eq!(log.aborted_transactions(0, 5)?, vec![(1, 0)]);
+    }
+    Ok(())
+}
+
+#[test]
 fn followers_replay_markers_into_their_state_and_index() -> R {
     let (ld, fd) = (tempfile::tempdir()?, tempfile::tempdir()?);
     let mut leader = open(ld.path(), LogConfig::default(), true, 0)?;
@@ -359,14 +453,25 @@ fn followers_replay_markers_into_their_state_and_index() -> R {
     assert_eq!(follower.first_unstable_offset(), Some(6));
     assert_eq!(follower.producer_state().ongoing_transactions(), leader.producer_state().ongoing_transactions());
     assert_eq!(std::fs::read(txn_index_path(&follower, 0))?, std::fs::read(txn_index_path(&leader, 0))?);
-    // A replicated marker this broker cannot parse is refused before anything is written.
-    let mut bad = control::encode_marker(3, 0, EndTxnMarker { commit: true, coordinator_epoch: 0 }, 0)?;
-    crate::batch::patch_offset_and_epoch(&mut bad, 7, 0);
-    bad[crate::batch::HEADER_LEN + 6] = 9; // control key version 9
+    // A marker from a newer leader (control key version 9) is read as the version this
+    // broker knows, as Kafka does: the follower replicates it and commits producer 3.
+    let mut newer = control::encode_marker(3, 0, EndTxnMarker { commit: true, coordinator_epoch: 0 }, 0)?;
+    crate::batch::patch_offset_and_epoch(&mut newer, 7, 0);
+    newer[crate::batch::HEADER_LEN + 6] = 9;
+    let crc = crate::batch::compute_crc(&newer);
+    newer[17..21].copy_from_slice(&crc.to_be_bytes());
+    follower.append_as_follower(&newer, 0)?;
+    follower.set_high_watermark(8);
+    assert_eq!(follower.first_unstable_offset(), None);
+    // One Kafka refuses too (a negative key version) is refused before anything is written.
+    let mut bad = control::encode_marker(4, 0, EndTxnMarker { commit: true, coordinator_epoch: 0 }, 0)?;
+    crate::batch::patch_offset_and_epoch(&mut bad, 8, 0);
+    bad[crate::batch::HEADER_LEN + 5] = 0xff;
+    bad[crate::batch::HEADER_LEN + 6] = 0xff;
     let crc = crate::batch::compute_crc(&bad);
     bad[17..21].copy_from_slice(&crc.to_be_bytes());
     assert!(follower.append_as_follower(&bad, 0).is_err());
-    assert_eq!(follower.log_end_offset(), 7);
+    assert_eq!(follower.log_end_offset(), 8);
     Ok(())
 }
 
@@ -416,48 +521,5 @@ fn a_version_1_snapshot_is_still_loaded() -> R {
     assert!(produce(&mut log, &first)?.duplicate);
     let next = testing::batch(1, 0, 0, Compression::None, Some((9, 1, 3)));
     assert_eq!(produce(&mut log, &next)?.base_offset, 3);
-    Ok(())
-}
-
-#[test]
-fn compaction_drops_aborted_batches_and_stops_at_the_last_stable_offset() -> R {
-    let d = tempfile::tempdir()?;
-    let config =
-        LogConfig { cleanup_compact: true, cleanup_delete: false, min_cleanable_dirty_ratio: 0.0, ..hand_rolled() };
-    let mut log = open(d.path(), config.clone(), true, 0)?;
-    let keyed = |k: &'static str, v: &'static str, producer: Option<(i64, i16, i32)>| {
-        testing::keyed_batch(&[(k, Some(v))], 0, producer, producer.is_some())
-    };
-    produce(&mut log, &testing::keyed_batch(&[("k1", Some("v1")), ("k2", Some("v2"))], 0, None, false))?; // 0..=1
-    produce(&mut log, &keyed("k1", "aborted", Some((1, 0, 0))))?; // 2
-    end(&mut log, 1, 0, false)?; // 3
-    produce(&mut log, &keyed("k2", "committed", Some((2, 0, 0))))?; // 4
-    end(&mut log, 2, 0, true)?; // 5
-    log.roll(0)?;
-    produce(&mut log, &keyed("k3", "v3", None))?; // 6
-    log.roll(0)?;
-    produce(&mut log, &keyed("k3", "open", Some((3, 0, 0))))?; // 7, open
-    log.roll(0)?;
-    produce(&mut log, &keyed("k4", "v4", None))?; // 8
-    log.set_high_watermark(9);
-
-    let plan = log.plan_clean(0).ok_or("dirty enough")?;
-    assert_eq!(plan.end, 7, "stops below the open transaction");
-    let cleaned = crate::cleaner::clean(&plan, 0)?;
-    assert_eq!(cleaned.stats.records_removed, 2, "k2=v2 superseded, k1=aborted dropped");
-    log.install_cleaned(cleaned)?;
-    let data = |log: &Log| -> R<Vec<KeyValue>> {
-        Ok(records(log)?.into_iter().filter(|r| !r.3).map(|r| (r.0, r.1, r.2)).collect())
-    };
-    let s = |o: i64, k: &str, v: &str| (o, k.to_string(), v.to_string());
-    let want = vec![s(0, "k1", "v1"), s(4, "k2", "committed"), s(6, "k3", "v3"), s(7, "k3", "open"), s(8, "k4", "v4")];
-    assert_eq!(data(&log)?, want, "the aborted value never shadows the committed one");
-    let markers: Vec<i64> = records(&log)?.into_iter().filter(|r| r.3).map(|r| r.0).collect();
-    assert_eq!(markers, vec![3, 5], "markers are kept");
-    assert_eq!(log.aborted_transactions(0, 9)?, vec![(1, 2)], "the cleaned segment keeps its index");
-    let rp = log.close(0)?;
-    let log = open(d.path(), config, true, rp)?;
-    assert_eq!(data(&log)?, want);
-    assert_eq!(log.aborted_transactions(0, 9)?, vec![(1, 2)]);
     Ok(())
 }

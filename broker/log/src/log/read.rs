@@ -1,0 +1,187 @@
+//! Reads of a partition log: planned under the log's lock ([`Log::read`]) and executed
+//! outside it ([`ReadPlan::execute`]), and the timestamp lookups of ListOffsets.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::records::RecordBatchDecoder;
+
+use crate::batch::{BatchHeader, BatchIter, HEADER_LEN};
+use crate::error::{LogError, Result};
+use crate::log::Log;
+use crate::segment::{self, read_at};
+
+/// A read decided under the log's lock and executed outside it.
+#[derive(Debug, Clone)]
+pub struct ReadPlan {
+    file: Arc<File>,
+    path: PathBuf,
+    pos: u64,
+    end: u64,
+    max_bytes: usize,
+    max_offset: i64,
+    min_one: bool,
+}
+
+impl ReadPlan {
+    /// Reads whole batches starting at the planned position: at most `max_bytes`, never a batch
+    /// at or past `max_offset` (the high watermark), and, with `min_one`, the first batch even
+    /// if it alone is larger than `max_bytes` so that consumers always make progress.
+    pub fn execute(&self) -> Result<Bytes> {
+        let avail = self.end.saturating_sub(self.pos);
+        let want = (self.max_bytes as u64).max(HEADER_LEN as u64).min(avail) as usize;
+        if want == 0 {
+            return Ok(Bytes::new());
+        }
+        let mut buf = read_at(&self.file, &self.path, self.pos, want)?;
+        let mut end = 0;
+        for (at, h) in BatchIter::new(&buf) {
+            if h.base_offset >= self.max_offset || at + h.total_size() > self.max_bytes {
+                break;
+            }
+            end = at + h.total_size();
+        }
+        if end == 0
+            && self.min_one
+            && let Some(h) = BatchHeader::parse(&buf)
+            && h.base_offset < self.max_offset
+            && h.total_size() >= HEADER_LEN
+            && h.total_size() as u64 <= avail
+        {
+            if h.total_size() > buf.len() {
+                buf = read_at(&self.file, &self.path, self.pos, h.total_size())?;
+            }
+            end = h.total_size();
+        }
+        buf.truncate(end);
+        Ok(Bytes::from(buf))
+    }
+}
+
+/// Result of planning a read.
+#[derive(Debug)]
+pub enum ReadStart {
+    /// Nothing to read at this offset yet (offset == high watermark).
+    Empty,
+    Plan(ReadPlan),
+}
+
+impl Log {
+    /// Plans a read of whole batches starting with the batch that contains `offset`.
+    pub fn read(&self, offset: i64, max_bytes: usize, max_offset: i64, min_one: bool) -> Result<ReadStart> {
+        let leo = self.log_end_offset();
+        if offset < self.log_start_offset || offset > leo {
+            return Err(LogError::OffsetOutOfRange { offset, start: self.log_start_offset, end: leo });
+        }
+        let max_offset = max_offset.min(leo);
+        if offset >= max_offset {
+            return Ok(ReadStart::Empty);
+        }
+        let mut found = None;
+        for seg in self
+            .sealed
+            .range(..=offset)
+            .next_back()
+            .into_iter()
+            .map(|(_, s)| s)
+            .chain(self.sealed.range(offset + 1..).map(|(_, s)| s))
+        {
+            if seg.core.next_offset <= offset {
+                continue;
+            }
+            if let Some((pos, _)) = seg.core.find_batch(offset, seg.lookup_position(offset))? {
+                found = Some((&seg.core, pos));
+                break;
+            }
+        }
+        if found.is_none()
+            && let Some((pos, _)) = self.active.core.find_batch(offset, self.active.lookup_position(offset))?
+        {
+            found = Some((&self.active.core, pos));
+        }
+        let Some((core, pos)) = found else { return Ok(ReadStart::Empty) };
+        Ok(ReadStart::Plan(ReadPlan {
+            file: core.file.clone(),
+            path: core.log_path.clone(),
+            pos,
+            end: core.size,
+            max_bytes,
+            max_offset,
+            min_one,
+        }))
+    }
+
+    /// The first offset whose record timestamp is >= `ts`, with that timestamp (ListOffsets).
+    pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>> {
+        let cores = self
+            .sealed
+            .values()
+            .map(|s| (&s.core, s.lookup_time(ts)))
+            .chain(std::iter::once((&self.active.core, self.active.lookup_time(ts))));
+        for (core, hint) in cores {
+            if core.max_timestamp < ts || core.next_offset <= self.log_start_offset {
+                continue;
+            }
+            let mut pos = hint;
+            while let Some((at, h)) = core.find_batch_by_time(ts, pos)? {
+                pos = at + h.total_size() as u64;
+                if h.last_offset() < self.log_start_offset || h.base_offset >= self.high_watermark {
+                    if h.base_offset >= self.high_watermark {
+                        return Ok(None);
+                    }
+                    continue;
+                }
+                let bytes = core.read_batch(at, &h)?;
+                if let Some((o, t)) = first_record_at_or_after(&bytes, &h, ts)?
+                    && o >= self.log_start_offset
+                {
+                    return Ok(Some((o, t)));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The offset and timestamp of the record with the largest timestamp (ListOffsets -3).
+    pub fn max_timestamp_offset(&self) -> Result<Option<(i64, i64)>> {
+        let best = self
+            .sealed
+            .values()
+            .map(|s| &s.core)
+            .chain(std::iter::once(&self.active.core))
+            .filter(|c| c.max_timestamp >= 0 && c.next_offset > self.log_start_offset)
+            .fold(None::<&segment::SegmentCore>, |acc, c| match acc {
+                Some(a) if a.max_timestamp >= c.max_timestamp => Some(a),
+                _ => Some(c),
+            });
+        let Some(core) = best else { return Ok(None) };
+        let mut pos = 0;
+        while let Some((at, h)) = core.find_batch(core.offset_of_max_timestamp, pos)? {
+            pos = at + h.total_size() as u64;
+            if h.max_timestamp == core.max_timestamp {
+                let bytes = core.read_batch(at, &h)?;
+                return first_record_at_or_after(&bytes, &h, core.max_timestamp);
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Decodes one batch and returns the first record with timestamp >= `ts`.
+fn first_record_at_or_after(bytes: &[u8], h: &BatchHeader, ts: i64) -> Result<Option<(i64, i64)>> {
+    if h.record_count == 0 {
+        // An empty batch the cleaner kept: no record to find in it.
+        return Ok(None);
+    }
+    if h.is_log_append_time() {
+        return Ok((h.max_timestamp >= ts).then_some((h.base_offset, h.max_timestamp)));
+    }
+    let mut b = Bytes::copy_from_slice(bytes);
+    let set = RecordBatchDecoder::decode(&mut b).map_err(|e| LogError::Corrupt {
+        path: PathBuf::new(),
+        reason: format!("cannot decode batch at {}: {e}", h.base_offset),
+    })?;
+    Ok(set.records.iter().find(|r| r.timestamp >= ts).map(|r| (r.offset, r.timestamp)))
+}
