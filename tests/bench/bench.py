@@ -237,6 +237,15 @@ def create_topic(broker: Broker, topic: str, partitions: int) -> None:
 
 
 @dataclass(frozen=True)
+def read_rss(pid: int) -> int:
+    """Resident set size in KiB of a live process, now."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 class Produce:
     size: int
     acks: str
@@ -331,6 +340,29 @@ def run_latency(b: Broker, cp: str, rate: int, seconds: int, res: Results) -> No
         res.add(w, pct, "µs", "lower", b.name, float(v))
 
 
+def run_transactions(b: Broker, cp: str, records: int, sizes: list[int], open_ids: int, res: Results) -> None:
+    """Transactional produce (one Java producer, 1 KiB, acks=all, a commit every `size` records)
+    and the broker's RSS once `open_ids` transactional ids each hold an open transaction."""
+    for size in sizes:
+        topic = f"bench-txn-{size}"
+        create_topic(b, topic, 1)
+        out = java_tool(cp, "io.oxbow.bench.TxnPerf", ["produce", b.bootstrap(), topic, str(records), str(size)])
+        m = re.search(r"records_per_sec=([\d.]+) mb_per_sec=([\d.]+)", out)
+        if not m:
+            raise RuntimeError(f"cannot parse TxnPerf output: {out}")
+        w = f"transactional produce 1024B, transactions of {size} (java)"
+        res.add(w, "throughput", "records/s", "higher", b.name, float(m.group(1)))
+        res.add(w, "throughput", "MB/s", "higher", b.name, float(m.group(2)))
+    topic = "bench-txn-open"
+    create_topic(b, topic, 1)
+    out = java_tool(cp, "io.oxbow.bench.TxnPerf", ["open", b.bootstrap(), topic, str(open_ids)])
+    m = re.search(r"opened=(\d+)", out)
+    if not m or int(m.group(1)) != open_ids:
+        raise RuntimeError(f"cannot parse TxnPerf output: {out}")
+    assert b.proc is not None
+    res.add(f"{open_ids} open transactional ids", "broker RSS", "MiB", "lower", b.name, read_rss(b.proc.pid) / 1024)
+
+
 def fill_log(b: Broker, cp: str, gigabytes: float) -> None:
     topic = "bench-recovery"
     create_topic(b, topic, 1)
@@ -355,6 +387,8 @@ def round_for(cls, binary_cp: str, workdir: Path, args, res: Results, produce: l
         run_latency(b, binary_cp, args.latency_rate, args.latency_seconds, res)
         _, hwm = b.stats()
         res.add("whole round", "peak RSS", "MiB", "lower", b.name, hwm / 1024)
+        log(f"{b.name}: transactions ({args.txn_records} records per run, {args.open_txn_ids} open ids)")
+        run_transactions(b, binary_cp, args.txn_records, [100, 10_000], args.open_txn_ids, res)
         log(f"{b.name}: filling {args.recovery_gb} GB for the recovery test")
         fill_log(b, binary_cp, args.recovery_gb)
         b.kill()
@@ -568,6 +602,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="rounds per broker (alternating)")
     ap.add_argument("--records-1k", type=int, default=500_000)
     ap.add_argument("--records-100b", type=int, default=2_000_000)
+    ap.add_argument("--txn-records", type=int, default=200_000, help="1 KiB records per transactional produce run")
+    ap.add_argument("--open-txn-ids", type=int, default=1000, help="transactional ids left with an open transaction")
     ap.add_argument("--latency-rate", type=int, default=1000)
     ap.add_argument("--latency-seconds", type=int, default=30)
     ap.add_argument("--recovery-gb", type=float, default=5.0)
@@ -579,6 +615,7 @@ def main() -> int:
     if args.smoke:
         args.rounds, args.records_1k, args.records_100b = 1, 20_000, 50_000
         args.latency_rate, args.latency_seconds, args.recovery_gb = 500, 3, 0.02
+        args.txn_records, args.open_txn_ids = 20_000, 20
         args.move_gb, args.move_throttle_mb = 0.02, 5.0
 
     t0 = time.monotonic()
@@ -632,6 +669,7 @@ def main() -> int:
             f"records: {args.records_1k} of 1024 B and {args.records_100b} of 100 B per produce run; partitions 1 and 16; compression none and lz4",
             "consume: io.oxbow.bench.AssignConsumerPerf (assign(), fetch.max.bytes=50 MiB, max.partition.fetch.bytes=1 MiB) over the first 1 KiB topic",
             f"latency: io.oxbow.bench.FixedRateLatency, 1024 B, acks=all, linger.ms=0, {args.latency_rate} records/s for {args.latency_seconds} s, first 10% discarded",
+            f"transactions: io.oxbow.bench.TxnPerf, one producer, 1 KiB records, acks=all, linger.ms=5, {args.txn_records} records per run committed every 100 and every 10,000 records, one partition; then {args.open_txn_ids} transactional ids opened one after the other (initTransactions, one record, forced close: the transaction stays open) and the broker's RSS read (VmRSS) after the last",
             f"recovery: {args.recovery_gb} GB of 1 KiB records in one partition, SIGKILL, time from restart to serving Metadata",
             f"rounds: {args.rounds} per broker, alternating; figures are medians; before every produce run: sync and drop clean page cache (both brokers alike)",
             "broker CPU: utime+stime of the broker process during each produce run, per GB of record payload",
@@ -647,7 +685,7 @@ def main() -> int:
     broken = [r for r in rows if not (r["oxbow"] > 0 and r["kafka"] > 0)]
     for r in rows:
         print(f"  {r['workload']:<45} {r['metric']:<28} {r['unit']:<10} oxbow={r['oxbow']:<12} kafka={r['kafka']:<12} ratio={r['ratio']}")
-    if broken or len(rows) < (2 if args.only_move else 8):
+    if broken or len(rows) < (2 if args.only_move else 13):
         print(f"benchmark incomplete: {len(rows)} rows, missing or non-positive values in {[(r['workload'], r['metric']) for r in broken]}")
         return 1
     return 0

@@ -53,6 +53,9 @@ group_errors!(
     UnsupportedVersion,
     InvalidRequest,
     InvalidRegularExpression,
+    UnstableOffsetCommit,
+    InvalidProducerEpoch,
+    InvalidTxnState,
 );
 
 /// The outcome of an operation that answers with no data: the error code of a response

@@ -6,6 +6,8 @@
 //!   member epochs, incremental assignment; [`assignor`]: its server-side assignors.
 //! - [`shard`]: all groups and committed offsets of one `__consumer_offsets` partition, rebuilt
 //!   from its records; the coordinator partition of a group ([`shard::partition_for`]).
+//! - [`txn_offsets`]: offsets committed by open transactions (TxnOffsetCommit), until their
+//!   COMMIT or ABORT marker.
 //! - [`records`]: the key and value formats of `__consumer_offsets` (Apache Kafka's schemas).
 //!
 //! The broker's runtime (`oxbow-server`) owns sockets, timers and the log; everything here is
@@ -17,6 +19,7 @@ pub mod consumer;
 pub mod error;
 pub mod records;
 pub mod shard;
+pub mod txn_offsets;
 
 pub use classic::{ClassicGroup, GroupConfig, GroupState, Out, Ticket};
 pub use error::{Answer, GroupError, answer_code, code_of};

@@ -10,6 +10,7 @@ use crate::error::{Answer, GroupError as E};
 use crate::classic::{ClassicGroup, GroupConfig, GroupState, JoinRequest, JoinResponse, Out, SyncRequest, Ticket};
 use crate::consumer::{Catalog, ConsumerConfig, ConsumerGroup, Expired, HeartbeatRequest, HeartbeatResponse};
 use crate::records::{ConsumerKey, ConsumerValue, GroupValue, Key, OffsetValue, RecordError, subscribed_topics};
+use crate::txn_offsets::{Committed, TxnOffsets, merge};
 
 /// One record to append to the shard's partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +72,10 @@ pub struct Shard {
     /// Groups of the consumer group protocol (KIP-848). A group id is in at most one of the
     /// two maps: an empty group changes protocol when a member of the other one joins.
     consumer: HashMap<String, ConsumerGroup>,
-    offsets: HashMap<String, BTreeMap<(String, i32), OffsetValue>>,
+    /// Committed offsets, each with the log offset of its record.
+    offsets: HashMap<String, BTreeMap<(String, i32), Committed>>,
+    /// Offsets committed by open transactions (TxnOffsetCommit), until their marker.
+    txn: TxnOffsets,
     /// Stored group values seen while loading, turned into groups by [`Shard::finish_load`].
     loading: HashMap<String, Option<GroupValue>>,
     /// Consumer protocol group records seen while loading (tombstones remove).
@@ -94,14 +98,15 @@ impl Shard {
         self
     }
 
-    /// Replays one record of the partition (loading). Records this coordinator does not use
-    /// are skipped; a malformed one is an error the caller logs and skips.
-    pub fn replay(&mut self, key: &[u8], value: Option<&[u8]>) -> Result<(), RecordError> {
+    /// Replays one record of the partition (loading), at log offset `record_offset`. Records
+    /// this coordinator does not use are skipped; a malformed one is an error the caller logs
+    /// and skips.
+    pub fn replay(&mut self, record_offset: i64, key: &[u8], value: Option<&[u8]>) -> Result<(), RecordError> {
         let Some(key) = Key::decode(key)? else { return Ok(()) };
         match key {
             Key::Offset { group, topic, partition } => {
                 let value = value.map(OffsetValue::decode).transpose()?;
-                self.apply_offset(group, topic, partition, value);
+                self.apply_offset(group, topic, partition, value, record_offset);
             }
             Key::Group { group } => {
                 let value = value.map(GroupValue::decode).transpose()?;
@@ -121,6 +126,48 @@ impl Shard {
             }
         }
         Ok(())
+    }
+
+    /// Replays a record of a transactional batch of `producer_id`: an offset commit waits for
+    /// the transaction's marker ([`Self::end_txn`]). Other records are not written in
+    /// transactions and are skipped.
+    pub fn replay_txn(
+        &mut self,
+        record_offset: i64,
+        producer_id: i64,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), RecordError> {
+        if let (Some(Key::Offset { group, topic, partition }), Some(v)) = (Key::decode(key)?, value) {
+            let value = OffsetValue::decode(v)?;
+            self.txn.add(producer_id, &group, &topic, partition, Committed { value, record_offset });
+        }
+        Ok(())
+    }
+
+    /// Transactional offset commits just appended for `producer_id`, the first at log offset
+    /// `first_offset`: pending until the transaction's marker.
+    pub fn stage_txn(&mut self, producer_id: i64, first_offset: i64, writes: &[Write]) {
+        for (i, w) in writes.iter().enumerate() {
+            if let Write::Offset { group, topic, partition, value: Some(value) } = w {
+                let c = Committed { value: value.clone(), record_offset: first_offset + i as i64 };
+                self.txn.add(producer_id, group, topic, *partition, c);
+            }
+        }
+    }
+
+    /// The COMMIT or ABORT marker of `producer_id`'s transaction (replayed, or covered by the
+    /// high watermark): its offsets become committed, or are dropped.
+    pub fn end_txn(&mut self, producer_id: i64, commit: bool) {
+        for (group, parts) in self.txn.end(producer_id, commit) {
+            merge(self.offsets.entry(group).or_default(), parts);
+        }
+    }
+
+    /// Whether an open transaction commits an offset of the partition (OffsetFetch with
+    /// `require_stable` answers UNSTABLE_OFFSET_COMMIT for it).
+    pub fn has_pending_txn_offset(&self, group: &str, topic: &str, partition: i32) -> bool {
+        self.txn.has_pending(group, topic, partition)
     }
 
     /// The offset commit (or tombstone) a record holds, as a [`Write`]; `None` for other records.
@@ -153,19 +200,20 @@ impl Shard {
                 self.consumer.insert(id, g);
             }
         }
-        for id in self.offsets.keys() {
+        for id in self.offsets.keys().chain(self.txn.groups()) {
             if !self.groups.contains_key(id) && !self.consumer.contains_key(id) {
                 self.groups.insert(id.clone(), ClassicGroup::new(id, self.cfg, now));
             }
         }
     }
 
-    /// Applies writes that have been appended (and acknowledged) to the partition.
-    pub fn apply(&mut self, writes: &[Write]) {
-        for w in writes {
+    /// Applies writes that have been appended (and acknowledged) to the partition, each with
+    /// the log offset of its record.
+    pub fn apply(&mut self, writes: &[(i64, Write)]) {
+        for (at, w) in writes {
             match w {
                 Write::Offset { group, topic, partition, value } => {
-                    self.apply_offset(group.clone(), topic.clone(), *partition, value.clone());
+                    self.apply_offset(group.clone(), topic.clone(), *partition, value.clone(), *at);
                 }
                 // Group state lives in the group itself; its records are only for reloading.
                 Write::Group { .. } | Write::Consumer { .. } => {}
@@ -173,12 +221,20 @@ impl Shard {
         }
     }
 
-    fn apply_offset(&mut self, group: String, topic: String, partition: i32, value: Option<OffsetValue>) {
+    fn apply_offset(
+        &mut self,
+        group: String,
+        topic: String,
+        partition: i32,
+        value: Option<OffsetValue>,
+        record_offset: i64,
+    ) {
         match value {
-            Some(v) => {
-                self.offsets.entry(group).or_default().insert((topic, partition), v);
+            Some(value) => {
+                self.offsets.entry(group).or_default().insert((topic, partition), Committed { value, record_offset });
             }
             None => {
+                self.txn.remove(&group, &topic, partition);
                 if let Some(o) = self.offsets.get_mut(&group) {
                     o.remove(&(topic, partition));
                     if o.is_empty() {
@@ -300,6 +356,24 @@ impl Shard {
         }
     }
 
+    /// Checks a TxnOffsetCommit against the group, as Kafka's `validateTransactionalOffsetCommit`:
+    /// an OffsetCommit check in which a consumer protocol member may use any version and a
+    /// stale member epoch is ILLEGAL_GENERATION (what transactional producers expect).
+    pub fn validate_txn_commit(
+        &mut self,
+        group: &str,
+        member: &str,
+        instance: Option<&str>,
+        generation: i32,
+        now: i64,
+    ) -> Result<(), E> {
+        const ANY_VERSION: i16 = 9;
+        match self.validate_commit(group, member, instance, generation, ANY_VERSION, now) {
+            Err(E::StaleMemberEpoch | E::GroupIdNotFound) => Err(E::IllegalGeneration),
+            r => r,
+        }
+    }
+
     /// Whether `metadata` fits `offset.metadata.max.bytes`.
     pub fn metadata_fits(&self, metadata: &str) -> bool {
         metadata.len() <= self.offset_cfg.metadata_max_bytes
@@ -307,12 +381,12 @@ impl Shard {
 
     /// The committed offset of one partition.
     pub fn offset(&self, group: &str, topic: &str, partition: i32) -> Option<&OffsetValue> {
-        self.offsets.get(group).and_then(|o| o.get(&(topic.to_string(), partition)))
+        self.offsets.get(group).and_then(|o| o.get(&(topic.to_string(), partition))).map(|c| &c.value)
     }
 
     /// Every committed offset of a group, by topic and partition.
     pub fn offsets(&self, group: &str) -> impl Iterator<Item = (&(String, i32), &OffsetValue)> {
-        self.offsets.get(group).into_iter().flatten()
+        self.offsets.get(group).into_iter().flatten().map(|(k, c)| (k, &c.value))
     }
 
     /// OffsetDelete: per partition, the error, and the tombstones to write. Offsets of topics
@@ -544,7 +618,12 @@ impl Shard {
                 Vec::new()
             };
             let mut left = 0;
-            for ((t, p), v) in offsets.into_iter().flatten() {
+            for ((t, p), Committed { value: v, .. }) in offsets.into_iter().flatten() {
+                // An offset an open transaction is committing stays, as in Kafka.
+                if self.txn.has_pending(id, t, *p) {
+                    left += 1;
+                    continue;
+                }
                 let base = if empty && g.protocol_type().is_some() {
                     g.state_since()
                 } else if empty || (g.protocol_type() == Some("consumer") && !subscribed.contains(t)) {
@@ -560,7 +639,7 @@ impl Shard {
                     left += 1;
                 }
             }
-            if empty && left == 0 {
+            if empty && left == 0 && !self.txn.has_group(id) {
                 writes.push(Write::Group { group: id.clone(), value: None });
                 groups_gone.push(id.clone());
             }
@@ -569,10 +648,13 @@ impl Shard {
             let empty = !c.has_members();
             let subscribed = c.subscribed_topics();
             let mut left = 0;
-            for ((t, p), v) in self.offsets.get(id).into_iter().flatten() {
+            for ((t, p), Committed { value: v, .. }) in self.offsets.get(id).into_iter().flatten() {
                 // As Kafka's consumer groups: counted from the commit, for an empty group or a
                 // topic no member subscribes to.
-                let base = if empty || !subscribed.contains(t) {
+                let base = if self.txn.has_pending(id, t, *p) {
+                    left += 1;
+                    continue;
+                } else if empty || !subscribed.contains(t) {
                     v.commit_timestamp
                 } else {
                     left += 1;
@@ -584,7 +666,7 @@ impl Shard {
                     left += 1;
                 }
             }
-            if empty && left == 0 {
+            if empty && left == 0 && !self.txn.has_group(id) {
                 writes.extend(consumer_writes(id, &c.stored(), &BTreeMap::new()));
                 groups_gone.push(id.clone());
             }
@@ -637,7 +719,7 @@ mod tests {
     fn reload(writes: &[Write], now: i64) -> Shard {
         let mut s = Shard::new(GroupConfig::default(), OffsetConfig::default());
         for w in writes {
-            s.replay(&w.key().encode(), w.value().as_deref()).unwrap();
+            s.replay(0, &w.key().encode(), w.value().as_deref()).unwrap();
         }
         s.finish_load(now);
         s
@@ -766,6 +848,48 @@ mod tests {
     }
 
     #[test]
+    fn transactional_offsets_wait_for_their_marker_and_survive_a_reload() {
+        let v = |offset| OffsetValue {
+            offset,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp: 100,
+            expire_timestamp: None,
+        };
+        let commit =
+            |p: i32, o: i64| Write::Offset { group: "g".into(), topic: "t".into(), partition: p, value: Some(v(o)) };
+        let mut s = Shard::new(GroupConfig::default(), OffsetConfig { retention_ms: 1000, metadata_max_bytes: 10 });
+        s.validate_txn_commit("g", "", None, -1, 0).unwrap();
+        s.stage_txn(7, 10, &[commit(0, 5), commit(1, 6)]);
+        assert!(s.has_pending_txn_offset("g", "t", 0) && s.has_pending_txn_offset("g", "t", 1));
+        assert!(s.offset("g", "t", 0).is_none(), "invisible before the marker");
+        // Pending offsets do not expire, nor does their group go.
+        assert!(s.expired(10_000).0.is_empty());
+        // A plain commit of t-1 after the transactional one: it wins when the transaction commits.
+        s.apply(&[(12, commit(1, 60))]);
+        s.end_txn(7, true);
+        assert_eq!(s.offset("g", "t", 0).map(|o| o.offset), Some(5));
+        assert_eq!(s.offset("g", "t", 1).map(|o| o.offset), Some(60));
+        assert!(!s.has_pending_txn_offset("g", "t", 0));
+        // An aborted transaction leaves nothing.
+        s.stage_txn(8, 20, &[commit(0, 99)]);
+        s.end_txn(8, false);
+        assert_eq!(s.offset("g", "t", 0).map(|o| o.offset), Some(5));
+
+        // The same from the log: records of producer 9, one still open at the end.
+        let mut r = Shard::new(GroupConfig::default(), OffsetConfig::default());
+        let key = |p: i32| Key::Offset { group: "h".into(), topic: "t".into(), partition: p }.encode();
+        r.replay_txn(0, 9, &key(0), Some(&v(1).encode())).unwrap();
+        r.end_txn(9, true);
+        r.replay_txn(2, 9, &key(0), Some(&v(2).encode())).unwrap();
+        r.finish_load(0);
+        assert_eq!(r.offset("h", "t", 0).map(|o| o.offset), Some(1));
+        assert!(r.has_pending_txn_offset("h", "t", 0));
+        assert_eq!(r.validate_txn_commit("h", "m", None, 3, 0), Err(E::UnknownMemberId));
+        assert_eq!(r.list().len(), 1, "a group with only transactional offsets exists");
+    }
+
+    #[test]
     fn replay_and_expiry() {
         let mut s = Shard::new(GroupConfig::default(), OffsetConfig { retention_ms: 1000, metadata_max_bytes: 10 });
         let v = OffsetValue {
@@ -776,10 +900,10 @@ mod tests {
             expire_timestamp: None,
         };
         let k = Key::Offset { group: "g".into(), topic: "t".into(), partition: 0 }.encode();
-        s.replay(&k, Some(&v.encode())).unwrap();
-        s.replay(&Key::Offset { group: "g".into(), topic: "t".into(), partition: 1 }.encode(), Some(&v.encode()))
+        s.replay(0, &k, Some(&v.encode())).unwrap();
+        s.replay(1, &Key::Offset { group: "g".into(), topic: "t".into(), partition: 1 }.encode(), Some(&v.encode()))
             .unwrap();
-        s.replay(&Key::Offset { group: "g".into(), topic: "t".into(), partition: 1 }.encode(), None).unwrap();
+        s.replay(2, &Key::Offset { group: "g".into(), topic: "t".into(), partition: 1 }.encode(), None).unwrap();
         s.finish_load(50);
         assert_eq!(s.offset("g", "t", 0).map(|o| o.offset), Some(5));
         assert!(s.offset("g", "t", 1).is_none());
@@ -789,7 +913,7 @@ mod tests {
         let (w, gone) = s.expired(1100);
         assert_eq!(w.len(), 2);
         assert_eq!(gone, vec!["g".to_string()]);
-        s.apply(&w);
+        s.apply(&w.into_iter().map(|w| (3, w)).collect::<Vec<_>>());
         s.remove_group("g", 1100);
         assert!(s.list().is_empty());
         assert!(!s.metadata_fits("01234567890"));

@@ -22,20 +22,50 @@ pub fn encode_plain(
     ts: i64,
     compression: Compression,
 ) -> Result<Bytes, BatchError> {
+    encode(records, ts, compression, None)
+}
+
+/// The producer of a batch the broker writes for it: a group coordinator writes a transactional
+/// producer's offset commits (TxnOffsetCommit) as that producer's transactional batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchProducer {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+}
+
+/// Encodes `(key, value)` records as one uncompressed transactional batch of `producer`.
+pub fn encode_transactional(
+    records: &[(Option<Bytes>, Option<Bytes>)],
+    ts: i64,
+    producer: BatchProducer,
+) -> Result<Bytes, BatchError> {
+    encode(records, ts, Compression::None, Some(producer))
+}
+
+fn encode(
+    records: &[(Option<Bytes>, Option<Bytes>)],
+    ts: i64,
+    compression: Compression,
+    producer: Option<BatchProducer>,
+) -> Result<Bytes, BatchError> {
     let records: Vec<Record> = records
         .iter()
         .enumerate()
         .map(|(i, (key, value))| Record {
-            transactional: false,
+            transactional: producer.is_some(),
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
+            producer_id: producer.map_or(-1, |p| p.producer_id),
+            producer_epoch: producer.map_or(-1, |p| p.producer_epoch),
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
             // The encoder starts a new batch whenever offset - sequence changes.
-            sequence: i as i32 - 1,
+            sequence: match producer {
+                Some(p) => p.base_sequence.wrapping_add(i as i32),
+                None => i as i32 - 1,
+            },
             timestamp: ts,
             key: key.clone(),
             value: value.clone(),

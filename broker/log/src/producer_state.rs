@@ -97,6 +97,15 @@ impl ProducerState {
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
     }
+    /// The sequence `producer_id`'s next batch at `epoch` starts at: after its last batch of
+    /// that epoch, 0 for a new producer or a bumped epoch.
+    pub fn next_sequence(&self, producer_id: i64, epoch: i16) -> i32 {
+        match self.producers.get(&producer_id) {
+            Some(e) if e.epoch == epoch => e.batches.back().map_or(0, |b| next_seq(b.last_seq)),
+            _ => 0,
+        }
+    }
+
     pub fn get(&self, producer_id: i64) -> Option<&ProducerEntry> {
         self.producers.get(&producer_id)
     }

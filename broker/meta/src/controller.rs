@@ -224,6 +224,24 @@ pub struct Controller {
     pub unclean_leader_election: bool,
 }
 
+/// `transaction.version`: 2 (KIP-890: the coordinator bumps the producer epoch at every
+/// transaction end, and partition leaders add partitions to transactions).
+pub const TRANSACTION_VERSION: &str = "transaction.version";
+/// The feature levels a cluster runs at, as a freshly formatted Kafka 4.1 cluster finalizes
+/// them.
+pub const FINALIZED_FEATURES: &[(&str, i16)] = &[(TRANSACTION_VERSION, 2)];
+
+/// The feature levels the image lacks, finalized when a broker registers (the first broker of
+/// a new cluster, or the first of an upgraded one whose log predates them). Oxbow serves no
+/// UpdateFeatures, so these are the levels a cluster keeps.
+fn missing_features(img: &MetadataImage) -> Vec<Record> {
+    FINALIZED_FEATURES
+        .iter()
+        .filter(|(name, _)| !img.features.contains_key(*name))
+        .map(|(name, level)| Record::FeatureLevel { name: (*name).to_string(), level: *level })
+        .collect()
+}
+
 impl Controller {
     pub fn new(session_timeout_ms: u64, unclean_leader_election: bool) -> Self {
         Self { last_heartbeat_ms: HashMap::new(), session_timeout_ms, unclean_leader_election }
@@ -254,6 +272,7 @@ impl Controller {
                     listeners: listeners.clone(),
                     rack: rack.clone(),
                 });
+                records.extend(missing_features(img));
                 Ok(Decision::new(records, Reply::Done))
             }
             Command::Heartbeat { node_id, epoch, shutting_down } => {

@@ -103,6 +103,7 @@ pub enum AnyRequest {
     AddOffsetsToTxn(messages::AddOffsetsToTxnRequest),
     EndTxn(messages::EndTxnRequest),
     WriteTxnMarkers(messages::WriteTxnMarkersRequest),
+    TxnOffsetCommit(messages::TxnOffsetCommitRequest),
     DescribeTransactions(messages::DescribeTransactionsRequest),
     ListTransactions(messages::ListTransactionsRequest),
 }
@@ -161,6 +162,7 @@ pub fn decode_any(frame: Bytes) -> Result<(RequestHeader, AnyRequest), ProtocolE
         ApiKey::AddOffsetsToTxn => AnyRequest::AddOffsetsToTxn(decode_body(api, v, &mut body)?),
         ApiKey::EndTxn => AnyRequest::EndTxn(decode_body(api, v, &mut body)?),
         ApiKey::WriteTxnMarkers => AnyRequest::WriteTxnMarkers(decode_body(api, v, &mut body)?),
+        ApiKey::TxnOffsetCommit => AnyRequest::TxnOffsetCommit(decode_body(api, v, &mut body)?),
         ApiKey::DescribeTransactions => AnyRequest::DescribeTransactions(decode_body(api, v, &mut body)?),
         ApiKey::ListTransactions => AnyRequest::ListTransactions(decode_body(api, v, &mut body)?),
         other => return Err(ProtocolError::Decode { api: other, version: v, reason: "not served".into() }),

@@ -68,6 +68,8 @@ pub struct TxnSettings {
     pub abort_interval_ms: u64,
     /// `transaction.remove.expired.transaction.cleanup.interval.ms`
     pub expire_interval_ms: u64,
+    /// `transaction.partition.verification.enable`
+    pub verification: bool,
 }
 
 /// The validated broker configuration.
@@ -423,7 +425,8 @@ impl BrokerConfig {
             coordinator: oxbow_txn::TxnConfig {
                 max_timeout_ms: req_int("transaction.max.timeout.ms")? as i32,
                 transactional_id_expiration_ms: req_int("transactional.id.expiration.ms")?,
-                transaction_version: 1,
+                // Replaced by the cluster's finalized `transaction.version` when a shard loads.
+                transaction_version: 0,
             },
             topic_partitions: req_int("transaction.state.log.num.partitions")? as i32,
             topic_replication_factor: req_int("transaction.state.log.replication.factor")? as i16,
@@ -431,6 +434,7 @@ impl BrokerConfig {
             topic_segment_bytes: req_int("transaction.state.log.segment.bytes")?,
             abort_interval_ms: req_int("transaction.abort.timed.out.transaction.cleanup.interval.ms")? as u64,
             expire_interval_ms: req_int("transaction.remove.expired.transaction.cleanup.interval.ms")? as u64,
+            verification: bool_("transaction.partition.verification.enable"),
         };
         let metadata_log_dir = get("metadata.log.dir").map_or_else(|| log_dirs[0].clone(), PathBuf::from);
         Ok(Self {

@@ -22,7 +22,6 @@ use std::time::Duration;
 use oxbow_group::assignor::TopicInfo;
 use oxbow_group::classic::{JoinRequest, JoinResponse, SyncRequest, SyncResponse};
 use oxbow_group::consumer::{Catalog, ConsumerGroup, HeartbeatRequest, HeartbeatResponse};
-use oxbow_group::records::OffsetValue;
 use oxbow_group::shard::Listing;
 use oxbow_group::{Answer, GroupError, Out, Shard, Ticket, Write, partition_for};
 use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard, oneshot};
@@ -34,15 +33,37 @@ use crate::config::GroupSettings;
 use crate::metadata_view::{MetadataView, Topic};
 use crate::partition::Partition;
 
+mod offsets;
 mod store;
+
+pub use offsets::{CommitEntry, Committer, FetchedOffset, TxnCommitter};
 
 use store::{Stored, group_of};
 
 /// The internal topic holding committed offsets and group state.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
-/// Offset writes in the log and not yet under the high watermark, each with the offset after it.
-type Pending = VecDeque<(i64, Vec<Write>)>;
+/// What a write in the log does to the shard once the high watermark passes it.
+enum Settle {
+    /// Offset commits (or tombstones), each with the log offset of its record.
+    Offsets(Vec<(i64, Write)>),
+    /// The COMMIT or ABORT marker of a producer's transaction: the offsets it committed
+    /// (TxnOffsetCommit) become the group's, or are dropped.
+    TxnEnd { producer_id: i64, commit: bool },
+}
+
+impl Settle {
+    /// Whether applying it may change `group`'s offsets (a marker may change any group's).
+    fn touches(&self, group: &str) -> bool {
+        match self {
+            Settle::Offsets(ws) => ws.iter().any(|(_, w)| group_of(w) == group),
+            Settle::TxnEnd { .. } => true,
+        }
+    }
+}
+
+/// Writes in the log and not yet under the high watermark, each with the offset after it.
+type Pending = VecDeque<(i64, Settle)>;
 
 /// A parked request's answer, with the shard's last written offset when it was given: the
 /// request answers once the ISR has that much.
@@ -79,31 +100,12 @@ pub struct Described {
     pub members: Vec<oxbow_group::classic::MemberSummary>,
 }
 
-/// One partition of an OffsetCommit.
-pub struct CommitEntry {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-    pub leader_epoch: i32,
-    pub metadata: String,
-}
-
-/// Who sends an OffsetCommit: checked against the group before anything is written.
-pub struct Committer {
-    pub member: String,
-    pub instance: Option<String>,
-    /// The generation (classic) or member epoch (consumer protocol); -1 for admin commits.
-    pub generation: i32,
-    /// The OffsetCommit version (consumer protocol members must use v9+).
-    pub api_version: i16,
-}
-
 pub struct Coordinator {
     settings: GroupSettings,
     slots: parking_lot::Mutex<HashMap<i32, Arc<Slot>>>,
     next_ticket: AtomicU64,
     wake: Notify,
-    /// Serialises loading and the creation of `__consumer_offsets`.
+    /// Serialises loading.
     loading: AsyncMutex<()>,
     /// The topics consumer protocol groups subscribe to, built once per metadata image.
     catalog: parking_lot::Mutex<(u64, Arc<Catalog>)>,
@@ -190,11 +192,6 @@ impl Coordinator {
         .map(|(k, v)| (k.to_string(), v))
         .collect();
         (self.settings.topic_partitions, self.settings.topic_replication_factor, configs)
-    }
-
-    /// Held while `__consumer_offsets` is created, so concurrent first users create it once.
-    pub async fn creating_offsets_topic(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.loading.lock().await
     }
 
     /// The slot coordinating `group`, loading it if this broker just became its leader.
@@ -459,97 +456,6 @@ impl Coordinator {
         Ok(answers)
     }
 
-    /// OffsetCommit of checked entries, all or none: the error is every entry's.
-    pub async fn commit(&self, view: &MetadataView, group: &str, by: &Committer, entries: Vec<CommitEntry>) -> Answer {
-        let (slot, mut st) = self.locked(view, group).await?;
-        let now = now_ms();
-        st.shard.validate_commit(group, &by.member, by.instance.as_deref(), by.generation, by.api_version, now)?;
-        let writes: Vec<Write> = entries
-            .into_iter()
-            .map(|e| Write::Offset {
-                group: group.to_string(),
-                topic: e.topic,
-                partition: e.partition,
-                value: Some(OffsetValue {
-                    offset: e.offset,
-                    leader_epoch: e.leader_epoch,
-                    metadata: e.metadata,
-                    commit_timestamp: now,
-                    expire_timestamp: None,
-                }),
-            })
-            .collect();
-        let Some(end) = self.write_offsets(view, &slot, &mut st, writes)? else { return Ok(()) };
-        // Other groups of the partition go on while this commit waits for the ISR; the next
-        // request to lock the shard applies it.
-        drop(st);
-        self.replicated(&slot, end).await
-    }
-
-    /// Whether `metadata` fits `offset.metadata.max.bytes`.
-    pub fn metadata_fits(&self, metadata: &str) -> bool {
-        metadata.len() <= self.settings.offsets.metadata_max_bytes
-    }
-
-    /// Committed offsets of `group`: of the named partitions, or of all (`None`).
-    /// Each is (topic, partition, offset, leader epoch, metadata); -1 where none is committed.
-    /// Read at the high watermark; `stable` (OffsetFetch `require_stable`) first waits until the
-    /// ISR has every write the shard made, so commits still in flight are shown, as Kafka does.
-    pub async fn fetch_offsets(
-        &self,
-        view: &MetadataView,
-        group: &str,
-        wanted: Option<Vec<(String, Vec<i32>)>>,
-        member: Option<(Option<&str>, i32)>,
-        stable: bool,
-    ) -> Result<Vec<(String, Vec<(i32, Option<OffsetValue>)>)>, GroupError> {
-        let (slot, mut st) = self.locked(view, group).await?;
-        if stable && !st.pending.is_empty() {
-            let end = st.last_written;
-            let (again, r) = self.replicated_unlocked(&slot, st, end).await;
-            r?;
-            st = again;
-            if !st.alive {
-                return Err(GroupError::NotCoordinator);
-            }
-        }
-        if let Some((member, epoch)) = member {
-            st.shard.validate_fetch(group, member, epoch)?;
-        }
-        Ok(match wanted {
-            Some(topics) => topics
-                .into_iter()
-                .map(|(t, ps)| {
-                    let parts = ps.into_iter().map(|p| (p, st.shard.offset(group, &t, p).cloned())).collect();
-                    (t, parts)
-                })
-                .collect(),
-            None => {
-                let mut by_topic: BTreeMap<String, Vec<(i32, Option<OffsetValue>)>> = BTreeMap::new();
-                for ((t, p), v) in st.shard.offsets(group) {
-                    by_topic.entry(t.clone()).or_default().push((*p, Some(v.clone())));
-                }
-                by_topic.into_iter().collect()
-            }
-        })
-    }
-
-    /// OffsetDelete: each partition's error.
-    pub async fn delete_offsets(
-        &self,
-        view: &MetadataView,
-        group: &str,
-        partitions: &[(String, i32)],
-    ) -> Result<Vec<Answer>, GroupError> {
-        let (slot, st) = self.locked(view, group).await?;
-        let mut st = self.drained(&slot, st, group).await?;
-        let (errors, writes) = st.shard.delete_offsets(group, partitions)?;
-        if let Some(end) = self.write_offsets(view, &slot, &mut st, writes)? {
-            self.replicated_unlocked(&slot, st, end).await.1?;
-        }
-        Ok(errors)
-    }
-
     /// DeleteGroups for one group.
     pub async fn delete_group(&self, view: &MetadataView, group: &str) -> Answer {
         let (slot, st) = self.locked(view, group).await?;
@@ -756,8 +662,15 @@ impl Coordinator {
         now: i64,
     ) -> OwnedMutexGuard<SlotState> {
         Self::settle(slot, &mut st);
-        let busy: HashSet<String> =
-            st.pending.iter().flat_map(|(_, ws)| ws.iter().map(|w| group_of(w).to_string())).collect();
+        let busy: HashSet<String> = st
+            .pending
+            .iter()
+            .flat_map(|(_, s)| match s {
+                Settle::Offsets(ws) => ws.iter().map(|(_, w)| group_of(w).to_string()).collect(),
+                // Its offsets are still pending in the shard, which does not expire them.
+                Settle::TxnEnd { .. } => Vec::new(),
+            })
+            .collect();
         let (mut writes, mut gone) = st.shard.expired(now);
         writes.retain(|w| !busy.contains(group_of(w)));
         gone.retain(|g| !busy.contains(g));

@@ -80,6 +80,15 @@ pub enum BrokerError {
     /// A write the producer's transaction state does not allow.
     #[error("{0}")]
     InvalidTxnState(String),
+    #[error("{0}")]
+    TransactionAbortable(String),
+    #[error("{0}")]
+    ConcurrentTransactions(String),
+    #[error("{0}")]
+    InvalidProducerIdMapping(String),
+    /// An error code another broker answered with, passed on as it is.
+    #[error("error code {0} from another broker")]
+    FromPeer(i16),
     /// The log itself is unusable (I/O error, corruption on disk).
     #[error("{0}")]
     Storage(String),
@@ -105,6 +114,11 @@ pub enum BrokerError {
     TransactionalIdAuthorizationFailed(String),
     #[error("{0}")]
     CoordinatorNotAvailable(String),
+    #[error("{0}")]
+    CoordinatorLoadInProgress(String),
+    /// A group coordinator's answer (as `oxbow_group` maps it).
+    #[error("group coordinator: {0:?}")]
+    Group(oxbow_group::GroupError),
     /// A partition of a request some of whose partitions failed, left alone.
     #[error("not attempted")]
     OperationNotAttempted,
@@ -188,6 +202,10 @@ impl BrokerError {
             B::InvalidProducerEpoch(_) => K::InvalidProducerEpoch,
             B::TransactionCoordinatorFenced(_) => K::TransactionCoordinatorFenced,
             B::InvalidTxnState(_) => K::InvalidTxnState,
+            B::TransactionAbortable(_) => K::TransactionAbortable,
+            B::ConcurrentTransactions(_) => K::ConcurrentTransactions,
+            B::InvalidProducerIdMapping(_) => K::InvalidProducerIdMapping,
+            B::FromPeer(code) => ResponseError::try_from_code(*code).unwrap_or(K::UnknownServerError),
             B::Storage(_) => K::KafkaStorageError,
             B::InvalidRequest(_) => K::InvalidRequest,
             B::InvalidConfig(_) => K::InvalidConfig,
@@ -198,6 +216,8 @@ impl BrokerError {
             B::OffsetMetadataTooLarge => K::OffsetMetadataTooLarge,
             B::TransactionalIdAuthorizationFailed(_) => K::TransactionalIdAuthorizationFailed,
             B::CoordinatorNotAvailable(_) => K::CoordinatorNotAvailable,
+            B::CoordinatorLoadInProgress(_) => K::CoordinatorLoadInProgress,
+            B::Group(e) => e.kafka(),
             B::OperationNotAttempted => K::OperationNotAttempted,
             B::InvalidRegularExpression(_) => K::InvalidRegularExpression,
             B::NotController(_) => K::NotController,
@@ -208,6 +228,68 @@ impl BrokerError {
             B::VoterNotFound(_) => K::VoterNotFound,
             B::InconsistentClusterId(_) => K::InconsistentClusterId,
             B::Internal(_) => K::UnknownServerError,
+        }
+    }
+}
+
+impl BrokerError {
+    /// The produce error for a transaction coordinator's verdict on a partition (`None`: the
+    /// coordinator did not answer), as Kafka's `AddPartitionsToTxnManager` and
+    /// `ReplicaManager` translate it for `produce_version`: an unavailable coordinator is
+    /// NOT_ENOUGH_REPLICAS (the producer retries), a partition outside the transaction
+    /// INVALID_TXN_STATE before v11 and TRANSACTION_ABORTABLE from it, a fenced producer
+    /// INVALID_PRODUCER_EPOCH. `Ok` when the partition is in the transaction.
+    pub fn from_txn_verdict(code: Option<i16>, produce_version: i16) -> Result<(), BrokerError> {
+        use ResponseError as K;
+        let Some(code) = code else {
+            return Err(BrokerError::NotEnoughReplicas("the transaction coordinator did not answer".into()));
+        };
+        let unavailable = || BrokerError::NotEnoughReplicas("the transaction coordinator is not available".into());
+        match ResponseError::try_from_code(code) {
+            None => Ok(()),
+            Some(
+                K::NetworkException | K::CoordinatorLoadInProgress | K::CoordinatorNotAvailable | K::NotCoordinator,
+            ) => Err(unavailable()),
+            Some(K::ConcurrentTransactions) if produce_version <= 11 => Err(unavailable()),
+            Some(K::ConcurrentTransactions) => {
+                Err(BrokerError::ConcurrentTransactions("the transaction is completing".into()))
+            }
+            Some(K::TransactionAbortable) if produce_version <= 10 => {
+                Err(BrokerError::InvalidTxnState("the partition is not in the producer's transaction".into()))
+            }
+            Some(K::TransactionAbortable) => {
+                Err(BrokerError::TransactionAbortable("the partition is not in the producer's transaction".into()))
+            }
+            Some(K::ProducerFenced | K::InvalidProducerEpoch) => {
+                Err(BrokerError::InvalidProducerEpoch("the producer was fenced by a newer one".into()))
+            }
+            Some(K::InvalidProducerIdMapping) => {
+                Err(BrokerError::InvalidProducerIdMapping("the transactional id has another producer id".into()))
+            }
+            Some(K::InvalidTxnState) => Err(BrokerError::InvalidTxnState("invalid transaction state".into())),
+            Some(_) => Err(BrokerError::FromPeer(code)),
+        }
+    }
+}
+
+impl BrokerError {
+    /// TxnOffsetCommit's error for a transaction coordinator's verdict on the group's
+    /// `__consumer_offsets` partition, as Kafka's group coordinator answers: the verdict as for
+    /// a produce of the same generation (v3 and older as Produce v10, v4 as v11, v5 as v12),
+    /// then NOT_ENOUGH_REPLICAS becomes COORDINATOR_NOT_AVAILABLE and no answer at all
+    /// COORDINATOR_LOAD_IN_PROGRESS (its NETWORK_EXCEPTION, which clients retry in place).
+    pub fn from_txn_offset_verdict(code: Option<i16>, txn_offset_commit_version: i16) -> Result<(), BrokerError> {
+        if code.is_none() {
+            return Err(BrokerError::CoordinatorLoadInProgress("the transaction coordinator did not answer".into()));
+        }
+        let produce_version = match txn_offset_commit_version {
+            ..=3 => 10,
+            4 => 11,
+            _ => 12,
+        };
+        match Self::from_txn_verdict(code, produce_version) {
+            Err(BrokerError::NotEnoughReplicas(m)) => Err(BrokerError::CoordinatorNotAvailable(m)),
+            r => r,
         }
     }
 }

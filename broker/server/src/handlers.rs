@@ -166,6 +166,7 @@ pub async fn dispatch(
             AnyRequest::AddOffsetsToTxn(r) => answer!(transactions::add_offsets_to_txn(&ctx, r)),
             AnyRequest::EndTxn(r) => answer!(transactions::end_txn(&ctx, r)),
             AnyRequest::WriteTxnMarkers(r) => answer!(transactions::write_txn_markers(&ctx, r)),
+            AnyRequest::TxnOffsetCommit(r) => answer!(offsets::txn_offset_commit(&ctx, r)),
             AnyRequest::DescribeTransactions(r) => answer!(transactions::describe_transactions(&ctx, r)),
             AnyRequest::ListTransactions(r) => answer!(transactions::list_transactions(&ctx, r)),
         }

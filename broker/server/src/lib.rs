@@ -53,6 +53,7 @@ pub mod tasks;
 pub mod telemetry;
 pub mod topic_config;
 pub mod txn_coordinator;
+pub mod verification;
 
 use std::future::Future;
 use std::net::SocketAddr;

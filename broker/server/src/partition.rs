@@ -14,10 +14,13 @@ use tokio::sync::watch;
 
 use crate::errors::BrokerError;
 use crate::replica::ReplicaState;
+use crate::verification::Verifications;
 
 struct Inner {
     log: Log,
     replica: ReplicaState,
+    /// Leader: transactional producers being verified with their coordinator (KIP-890).
+    verifications: Verifications,
 }
 
 impl Inner {
@@ -29,6 +32,12 @@ impl Inner {
             last_stable: self.log.last_stable_offset(),
             leader_epoch: self.replica.leader_epoch,
         }
+    }
+
+    /// Whether `producer_id` has a transaction open in this partition at `epoch` (Kafka's
+    /// `hasOngoingTransaction`): its next batches need no verification.
+    fn txn_ongoing(&self, producer_id: i64, epoch: i16) -> bool {
+        self.log.producer_state().get(producer_id).is_some_and(|e| e.txn_first_offset.is_some() && e.epoch == epoch)
     }
 
     /// acks=all: the ISR must have at least `min_insync` replicas before a write.
@@ -92,6 +101,24 @@ pub struct IsrChange {
     pub partition_epoch: i32,
 }
 
+/// The transactional producer of a write, and its verification guard (`None`: verification is
+/// off for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnWrite {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub guard: Option<u64>,
+}
+
+/// A transaction marker to write (WriteTxnMarkers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marker {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub coordinator_epoch: i32,
+    pub commit: bool,
+}
+
 /// Offsets of a partition at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Offsets {
@@ -120,7 +147,17 @@ impl Partition {
         let (leo, _) = watch::channel(log.log_end_offset());
         let (low, _) = watch::channel(replica.low_watermark(log.log_start_offset()));
         let (leader, _) = watch::channel(replica.leader);
-        Self { topic, index, root, node, inner: Mutex::new(Some(Inner { log, replica })), hw, leo, low, leader }
+        Self {
+            topic,
+            index,
+            root,
+            node,
+            inner: Mutex::new(Some(Inner { log, replica, verifications: Verifications::default() })),
+            hw,
+            leo,
+            low,
+            leader,
+        }
     }
 
     fn publish(&self, hw: i64, leo: i64) {
@@ -181,14 +218,90 @@ impl Partition {
         min_insync: Option<i32>,
         now_ms: i64,
     ) -> Result<AppendResult, BrokerError> {
+        self.append_checked(records, batches, min_insync, now_ms, None)
+    }
+
+    /// Leader: before the first transactional batch of `producer_id`'s transaction, a guard to
+    /// append it with once the coordinator has verified (or added) this partition; `None` when
+    /// the transaction is already open here at `epoch` (nothing to verify). An epoch older than
+    /// the producer's is refused at once.
+    pub fn start_txn_verification(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        epoch_bump: bool,
+        now_ms: i64,
+    ) -> Result<Option<u64>, BrokerError> {
+        self.with(|i| {
+            if let Some(e) = i.log.producer_state().get(producer_id)
+                && epoch < e.epoch
+            {
+                return Err(BrokerError::InvalidProducerEpoch(format!(
+                    "producer {producer_id}: epoch {epoch} is older than the current epoch {}",
+                    e.epoch
+                )));
+            }
+            if i.txn_ongoing(producer_id, epoch) {
+                return Ok(None);
+            }
+            Ok(Some(i.verifications.start(producer_id, epoch, epoch_bump, now_ms)))
+        })
+    }
+
+    /// The sequence `producer_id`'s next batch at `epoch` starts at here (the group coordinator
+    /// writes a producer's offset commits as its batches).
+    pub fn next_sequence(&self, producer_id: i64, epoch: i16) -> Result<i32, BrokerError> {
+        self.with(|i| Ok(i.log.producer_state().next_sequence(producer_id, epoch)))
+    }
+
+    /// Appends a transactional producer's batches. With `guard` (verification is on), a batch
+    /// that would open a transaction here needs the guard still in place: a marker in between
+    /// voids it (INVALID_TXN_STATE, as Kafka's `batchMissingRequiredVerification`).
+    pub fn append_transactional(
+        &self,
+        records: &[u8],
+        batches: &[ValidBatch],
+        min_insync: Option<i32>,
+        now_ms: i64,
+        txn: TxnWrite,
+    ) -> Result<AppendResult, BrokerError> {
+        self.append_checked(records, batches, min_insync, now_ms, Some(txn))
+    }
+
+    fn append_checked(
+        &self,
+        records: &[u8],
+        batches: &[ValidBatch],
+        min_insync: Option<i32>,
+        now_ms: i64,
+        txn: Option<TxnWrite>,
+    ) -> Result<AppendResult, BrokerError> {
         let (result, hw) = self.with(|i| {
             i.check_min_insync(min_insync)?;
+            if let Some(t) = txn
+                && let Some(guard) = t.guard
+                && !i.txn_ongoing(t.producer_id, t.epoch)
+                && !i.verifications.holds(t.producer_id, guard)
+            {
+                return Err(BrokerError::InvalidTxnState("Record was not part of an ongoing transaction".into()));
+            }
             let epoch = i.replica.leader_epoch;
             let r = i.log.append(records, batches, epoch, now_ms)?;
+            if let Some(t) = txn {
+                i.verifications.batch_appended(t.producer_id);
+            }
             Ok((r, self.advance_hw(i)))
         })?;
         self.publish(hw.0, hw.1);
         Ok(result)
+    }
+
+    /// Leader: drops verification guards older than `max_age_ms`.
+    pub fn expire_verifications(&self, now_ms: i64, max_age_ms: i64) {
+        let _ = self.with(|i| {
+            i.verifications.expire(now_ms, max_age_ms);
+            Ok(())
+        });
     }
 
     /// Leader: appends the COMMIT or ABORT marker of `producer_id`'s transaction
@@ -206,6 +319,7 @@ impl Partition {
             i.check_min_insync(min_insync)?;
             let epoch = i.replica.leader_epoch;
             let r = i.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit, epoch, now_ms)?;
+            i.verifications.marker_appended(producer_id, producer_epoch);
             Ok((r, self.advance_hw(i)))
         })?;
         self.publish(hw.0, hw.1);

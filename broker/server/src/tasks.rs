@@ -37,6 +37,7 @@ pub fn retention_pass(broker: &Broker) {
             l.expire_producers(now);
             l.apply_retention(now)
         });
+        p.expire_verifications(now, broker.config.log.producer_id_expiration_ms);
         match r {
             Ok(Ok(n)) if n > 0 => {
                 tracing::debug!(topic = %p.topic, partition = p.index, deleted = n, "retention deleted segments")

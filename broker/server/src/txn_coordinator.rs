@@ -38,6 +38,9 @@ use crate::partition::{HwWait, Partition};
 use crate::peers::Peers;
 
 mod markers;
+mod verify;
+
+pub use verify::Verdict;
 
 /// How long a state change waits for the ISR of its `__transaction_state` partition (Kafka
 /// uses the broker's `request.timeout.ms`, 30 s by default).
@@ -181,7 +184,11 @@ impl TxnCoordinator {
             Self::unload(&old).await;
         }
         let started = std::time::Instant::now();
-        let mut shard = TxnShard::new(self.settings.coordinator, epoch);
+        // The coordinator's own aborts follow the cluster's finalized transaction version.
+        let mut cfg = self.settings.coordinator;
+        cfg.transaction_version =
+            self.view.image().features.get(oxbow_meta::controller::TRANSACTION_VERSION).copied().unwrap_or(0);
+        let mut shard = TxnShard::new(cfg, epoch);
         tokio::task::block_in_place(|| replay(&part, &mut shard))?;
         let ids = shard.iter().count();
         let slot = Arc::new(Slot {

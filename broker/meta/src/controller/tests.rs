@@ -428,3 +428,16 @@ fn config_changes_are_diffs() {
     commit(&mut img, &d);
     assert_eq!(img.cluster_configs.keys().collect::<Vec<_>>(), vec!["a", "c"]);
 }
+
+#[test]
+fn the_first_registration_finalizes_transaction_version_2_once() {
+    let (mut c, mut img) = cluster(&[None]);
+    assert_eq!(img.features.get(TRANSACTION_VERSION), Some(&2));
+    // Later registrations write no feature record again.
+    let reg =
+        Command::RegisterBroker { node_id: 2, incarnation_id: Uuid::new_v4(), listeners: endpoint(2), rack: None };
+    let d = c.decide(&img, &reg, 0).expect("register");
+    assert!(!d.records.iter().any(|r| matches!(r, Record::FeatureLevel { .. })), "{:?}", d.records);
+    commit(&mut img, &d);
+    assert_eq!(img.features.get(TRANSACTION_VERSION), Some(&2));
+}

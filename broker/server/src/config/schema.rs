@@ -649,6 +649,12 @@ pub const KEYS: &[KeyDef] = &[
         doc: "How often the transaction coordinator removes transactional ids older than `transactional.id.expiration.ms`.",
     },
     KeyDef {
+        name: "transaction.partition.verification.enable",
+        default: Some("true"),
+        kind: Kind::Bool,
+        doc: "A partition leader asks the transaction coordinator whether a partition is in the producer's transaction before appending the first batch of that transaction (KIP-890), so a late batch cannot open a transaction nobody ends. Transaction version 2 producers (Produce v12+) always go through the coordinator, which adds the partition.",
+    },
+    KeyDef {
         name: "socket.request.max.bytes",
         default: Some("104857600"),
         kind: Kind::Int { min: 1, max: I32 },

@@ -12,15 +12,15 @@ use std::time::Duration;
 
 use oxbow_group::{GroupError, Shard, Write};
 use oxbow_log::ReadStart;
-use oxbow_log::batch::{BatchIter, encode_plain, validate_produce};
+use oxbow_log::batch::{BatchIter, BatchProducer, encode_plain, encode_transactional, validate_produce};
 use oxbow_protocol::records::{Compression, RecordBatchDecoder};
 use tokio::sync::OwnedMutexGuard;
 
-use super::{Coordinator, OFFSETS_TOPIC, Pending, Slot, SlotState};
+use super::{Coordinator, OFFSETS_TOPIC, Pending, Settle, Slot, SlotState};
 use crate::clock::now_ms;
 use crate::errors::BrokerError;
 use crate::metadata_view::MetadataView;
-use crate::partition::Partition;
+use crate::partition::{Partition, TxnWrite};
 
 impl Coordinator {
     /// Applies the pending offset writes the high watermark has passed, in log order.
@@ -31,12 +31,15 @@ impl Coordinator {
         if first > hw || slot.partition.leader_epoch().ok() != Some(slot.leader_epoch) {
             return;
         }
-        while let Some((end, writes)) = st.pending.pop_front() {
+        while let Some((end, settle)) = st.pending.pop_front() {
             if end > hw {
-                st.pending.push_front((end, writes));
+                st.pending.push_front((end, settle));
                 break;
             }
-            st.shard.apply(&writes);
+            match settle {
+                Settle::Offsets(writes) => st.shard.apply(&writes),
+                Settle::TxnEnd { producer_id, commit } => st.shard.end_txn(producer_id, commit),
+            }
         }
     }
 
@@ -50,7 +53,7 @@ impl Coordinator {
     ) -> Result<OwnedMutexGuard<SlotState>, GroupError> {
         loop {
             Self::settle(slot, &mut st);
-            let last = st.pending.iter().rev().find(|(_, ws)| ws.iter().any(|w| group_of(w) == group));
+            let last = st.pending.iter().rev().find(|(_, s)| s.touches(group));
             let Some(&(end, _)) = last else { return Ok(st) };
             let (again, r) = self.replicated_unlocked(slot, st, end).await;
             r?;
@@ -117,16 +120,34 @@ impl Coordinator {
                         let mut above = Vec::new();
                         let mut end = offset;
                         for r in &set.records {
-                            if r.control || r.offset < offset {
+                            if r.offset < offset {
                                 continue;
                             }
                             end = end.max(r.offset + 1);
                             let Some(key) = &r.key else { continue };
                             let value = r.value.as_deref();
+                            if r.control {
+                                // A transaction's marker: settles its offsets at the high watermark.
+                                let Some(commit) = marker_is_commit(key) else { continue };
+                                let producer_id = r.producer_id;
+                                if r.offset >= at_load.high_watermark {
+                                    pending.push_back((r.offset + 1, Settle::TxnEnd { producer_id, commit }));
+                                } else {
+                                    shard.end_txn(producer_id, commit);
+                                }
+                                continue;
+                            }
+                            if r.transactional {
+                                // Pending until its marker either way: nothing reads it before.
+                                if shard.replay_txn(r.offset, r.producer_id, key, value).is_err() {
+                                    skipped += 1;
+                                }
+                                continue;
+                            }
                             if r.offset >= at_load.high_watermark {
                                 match Shard::offset_write(key, value) {
                                     Ok(Some(w)) => {
-                                        above.push(w);
+                                        above.push((r.offset, w));
                                         continue;
                                     }
                                     Ok(None) => {}
@@ -136,12 +157,12 @@ impl Coordinator {
                                     }
                                 }
                             }
-                            if shard.replay(key, value).is_err() {
+                            if shard.replay(r.offset, key, value).is_err() {
                                 skipped += 1;
                             }
                         }
                         if !above.is_empty() {
-                            pending.push_back((end, above));
+                            pending.push_back((end, Settle::Offsets(above)));
                         }
                     }
                 }
@@ -168,26 +189,52 @@ impl Coordinator {
         st: &mut SlotState,
         writes: &[Write],
     ) -> Result<Option<i64>, GroupError> {
+        self.write_as(view, slot, st, writes, None)
+    }
+
+    /// [`Self::write`], as a batch of a transactional producer with `txn` (TxnOffsetCommit):
+    /// its sequence follows the producer's last batch in the partition (the shard's lock keeps
+    /// every other writer of the partition out meanwhile).
+    pub(super) fn write_as(
+        &self,
+        view: &MetadataView,
+        slot: &Slot,
+        st: &mut SlotState,
+        writes: &[Write],
+        txn: Option<TxnWrite>,
+    ) -> Result<Option<i64>, GroupError> {
         if writes.is_empty() {
             return Ok(None);
         }
         let now = now_ms();
         let records: Vec<_> = writes.iter().map(|w| (Some(w.key().encode()), w.value())).collect();
-        let bytes = encode_plain(&records, now, Compression::None).map_err(|e| {
-            tracing::error!(error = %e, "cannot encode offsets records");
-            GroupError::UnknownServerError
-        })?;
         // Only the incarnation that loaded this shard may write through it.
         if slot.partition.leader_epoch().ok() != Some(slot.leader_epoch) {
             return Err(GroupError::NotCoordinator);
         }
+        let encoded = match txn {
+            None => encode_plain(&records, now, Compression::None),
+            Some(t) => {
+                let base_sequence =
+                    slot.partition.next_sequence(t.producer_id, t.epoch).map_err(|_| GroupError::NotCoordinator)?;
+                let producer = BatchProducer { producer_id: t.producer_id, producer_epoch: t.epoch, base_sequence };
+                encode_transactional(&records, now, producer)
+            }
+        };
+        let bytes = encoded.map_err(|e| {
+            tracing::error!(error = %e, "cannot encode offsets records");
+            GroupError::UnknownServerError
+        })?;
         let topic = view.topic(OFFSETS_TOPIC).ok_or(GroupError::NotCoordinator)?;
         let batches = validate_produce(&bytes, topic.log_config.max_message_bytes).map_err(|e| {
             tracing::warn!(error = %e, "offsets records refused");
             GroupError::InvalidCommitOffsetSize
         })?;
         let fsync = topic.log_config.flush_messages != i64::MAX;
-        let append = || slot.partition.append(&bytes, &batches, Some(topic.min_insync), now);
+        let append = || match txn {
+            None => slot.partition.append(&bytes, &batches, Some(topic.min_insync), now),
+            Some(t) => slot.partition.append_transactional(&bytes, &batches, Some(topic.min_insync), now, t),
+        };
         let result = if fsync { tokio::task::block_in_place(append) } else { append() };
         let r = result.map_err(|e| store_error(&e))?;
         st.last_written = st.last_written.max(r.last_offset + 1);
@@ -233,7 +280,9 @@ impl Coordinator {
     ) -> Result<Option<i64>, GroupError> {
         let end = self.write(view, slot, st, &writes)?;
         if let Some(end) = end {
-            st.pending.push_back((end, writes));
+            let first = end - writes.len() as i64;
+            let at = writes.into_iter().enumerate().map(|(i, w)| (first + i as i64, w)).collect();
+            st.pending.push_back((end, Settle::Offsets(at)));
         }
         Ok(end)
     }
@@ -262,11 +311,24 @@ pub(super) fn group_of(w: &Write) -> &str {
     }
 }
 
+/// Whether a control record's key is a COMMIT marker's (`None`: not a transaction marker).
+fn marker_is_commit(key: &[u8]) -> Option<bool> {
+    match key.get(2..4) {
+        Some([0, 0]) => Some(false),
+        Some([0, 1]) => Some(true),
+        _ => None,
+    }
+}
+
 /// Kafka's coordinator errors for a failed append to `__consumer_offsets`.
 fn store_error(e: &BrokerError) -> GroupError {
     match e {
         BrokerError::NotLeader(_) | BrokerError::Storage(_) => GroupError::NotCoordinator,
         BrokerError::MessageTooLarge(_) | BrokerError::RecordListTooLarge(_) => GroupError::InvalidCommitOffsetSize,
+        // A transactional commit whose producer was fenced, or whose partition left the
+        // transaction before it was written (Kafka answers the same).
+        BrokerError::InvalidProducerEpoch(_) => GroupError::InvalidProducerEpoch,
+        BrokerError::InvalidTxnState(_) => GroupError::InvalidTxnState,
         _ => GroupError::CoordinatorNotAvailable,
     }
 }

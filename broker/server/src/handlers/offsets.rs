@@ -1,4 +1,5 @@
-//! Committed offsets: OffsetCommit, OffsetFetch (single and multi-group), OffsetDelete.
+//! Committed offsets: OffsetCommit, TxnOffsetCommit, OffsetFetch (single and multi-group),
+//! OffsetDelete.
 //! Partitions of unknown topics and oversized metadata are refused per partition, as Kafka
 //! does, before the group is asked.
 
@@ -10,19 +11,50 @@ use oxbow_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 };
+use oxbow_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use oxbow_protocol::messages::{
     OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
-    OffsetFetchResponse,
+    OffsetFetchResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
+use oxbow_txn::TopicPartition;
 
 use super::Ctx;
 use super::util::s;
-use crate::coordinator::{CommitEntry, Committer};
+use crate::clock::now_ms;
+use crate::coordinator::{CommitEntry, Committer, FetchedOffset, OFFSETS_TOPIC, TxnCommitter};
 use crate::errors::BrokerError;
+use crate::partition::TxnWrite;
+use crate::txn_coordinator::Verdict;
+
+/// TxnOffsetCommit v5 comes from transaction version 2 producers: the group coordinator adds
+/// its partition to the transaction instead of only verifying it.
+const ADDS_PARTITION_FROM: i16 = 5;
 
 /// Whether `topic` has partition `p` in this broker's metadata.
 fn partition_exists(ctx: &Ctx<'_>, topic: &str, p: i32) -> bool {
     ctx.broker.topic(topic).is_some_and(|t| p >= 0 && p < t.meta.partitions)
+}
+
+/// One partition of an OffsetCommit or TxnOffsetCommit, checked before the group is asked:
+/// an unknown topic or partition, metadata over `offset.metadata.max.bytes`.
+fn check_entry(
+    ctx: &Ctx<'_>,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    leader_epoch: i32,
+    metadata: Option<&oxbow_protocol::StrBytes>,
+) -> Result<CommitEntry, BrokerError> {
+    let metadata = metadata.map(|m| m.to_string()).unwrap_or_default();
+    if !partition_exists(ctx, topic, partition) {
+        Err(BrokerError::unknown_topic(false))
+    } else if !ctx.broker.groups.metadata_fits(&metadata) {
+        Err(BrokerError::OffsetMetadataTooLarge)
+    } else {
+        Ok(CommitEntry { topic: topic.to_string(), partition, offset, leader_epoch, metadata })
+    }
 }
 
 pub async fn offset_commit(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCommitResponse {
@@ -38,20 +70,14 @@ pub async fn offset_commit(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCom
         for p in &t.partitions {
             let mut rp = OffsetCommitResponsePartition::default();
             rp.partition_index = p.partition_index;
-            let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
-            if !partition_exists(ctx, t.name.0.as_str(), p.partition_index) {
-                rp.error_code = BrokerError::unknown_topic(false).code();
-            } else if !b.groups.metadata_fits(&metadata) {
-                rp.error_code = BrokerError::OffsetMetadataTooLarge.code();
-            } else {
-                slots.push((resp.topics.len(), rt.partitions.len()));
-                entries.push(CommitEntry {
-                    topic: t.name.0.to_string(),
-                    partition: p.partition_index,
-                    offset: p.committed_offset,
-                    leader_epoch: if ctx.version >= 6 { p.committed_leader_epoch } else { -1 },
-                    metadata,
-                });
+            let epoch = if ctx.version >= 6 { p.committed_leader_epoch } else { -1 };
+            let (offset, metadata) = (p.committed_offset, p.committed_metadata.as_ref());
+            match check_entry(ctx, t.name.0.as_str(), p.partition_index, offset, epoch, metadata) {
+                Ok(e) => {
+                    slots.push((resp.topics.len(), rt.partitions.len()));
+                    entries.push(e);
+                }
+                Err(e) => rp.error_code = e.code(),
             }
             rt.partitions.push(rp);
         }
@@ -81,6 +107,95 @@ pub async fn offset_commit(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCom
     resp
 }
 
+/// TxnOffsetCommit: checked like OffsetCommit, then (KIP-890) the group's `__consumer_offsets`
+/// partition is verified in, or for v5 added to, the producer's transaction at its transaction
+/// coordinator, then the offsets are written as the producer's transactional batch. They become
+/// the group's when the transaction commits.
+pub async fn txn_offset_commit(ctx: &Ctx<'_>, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse {
+    let b = ctx.broker;
+    let mut resp = TxnOffsetCommitResponse::default();
+    let mut slots = Vec::new();
+    let mut entries = Vec::new();
+    for t in &req.topics {
+        let mut rt = TxnOffsetCommitResponseTopic::default();
+        rt.name = t.name.clone();
+        for p in &t.partitions {
+            let mut rp = TxnOffsetCommitResponsePartition::default();
+            rp.partition_index = p.partition_index;
+            let epoch = if ctx.version >= 2 { p.committed_leader_epoch } else { -1 };
+            let (offset, metadata) = (p.committed_offset, p.committed_metadata.as_ref());
+            match check_entry(ctx, t.name.0.as_str(), p.partition_index, offset, epoch, metadata) {
+                Ok(e) => {
+                    slots.push((resp.topics.len(), rt.partitions.len()));
+                    entries.push(e);
+                }
+                Err(e) => rp.error_code = e.code(),
+            }
+            rt.partitions.push(rp);
+        }
+        resp.topics.push(rt);
+    }
+    if entries.is_empty() {
+        return resp;
+    }
+    let code = match verify_txn_offsets(ctx, &req).await {
+        Err(e) => {
+            tracing::debug!(group = %req.group_id.0.as_str(), error = %e, "TxnOffsetCommit refused");
+            e.code()
+        }
+        Ok(txn) => {
+            let by = TxnCommitter {
+                member: req.member_id.to_string(),
+                instance: req.group_instance_id.as_ref().map(|i| i.to_string()),
+                generation: req.generation_id,
+                txn,
+            };
+            let (bb, group) = (b.clone(), req.group_id.0.to_string());
+            let result = b
+                .groups
+                .detached(async move { bb.groups.txn_commit(&bb.view, &group, &by, entries).await })
+                .await
+                .unwrap_or(Err(GroupError::UnknownServerError));
+            if let Err(e) = result {
+                tracing::debug!(group = %req.group_id.0.as_str(), error = ?e, "TxnOffsetCommit refused");
+            }
+            answer_code(&result)
+        }
+    };
+    for (t, p) in slots {
+        resp.topics[t].partitions[p].error_code = code;
+    }
+    resp
+}
+
+/// The group's coordinator partition in the producer's transaction: verified (or added, v5)
+/// unless the transaction already wrote there. The producer's write, with its guard.
+async fn verify_txn_offsets(ctx: &Ctx<'_>, req: &TxnOffsetCommitRequest) -> Result<TxnWrite, BrokerError> {
+    let b = ctx.broker;
+    let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
+    let part = b.groups.partition_of(&b.view, req.group_id.0.as_str()).map_err(BrokerError::Group)?;
+    let add = ctx.version >= ADDS_PARTITION_FROM;
+    let guard = if b.config.transactions.verification || add {
+        part.start_txn_verification(pid, epoch, add, now_ms())?
+    } else {
+        None
+    };
+    let txn = TxnWrite { producer_id: pid, epoch, guard };
+    if guard.is_none() {
+        return Ok(txn);
+    }
+    let tps = [TopicPartition::new(OFFSETS_TOPIC, part.index)];
+    let verdicts = b.txns.verify_at_coordinator(req.transactional_id.as_str(), pid, epoch, &tps, add).await;
+    let verdict = verdicts.first().copied().unwrap_or(Verdict::Unreachable);
+    let code = match verdict {
+        Verdict::InTransaction => Some(0),
+        Verdict::Refused(c) => Some(c),
+        Verdict::Unreachable => None,
+    };
+    BrokerError::from_txn_offset_verdict(code, ctx.version)?;
+    Ok(txn)
+}
+
 fn no_offset() -> OffsetValue {
     OffsetValue { offset: -1, leader_epoch: -1, metadata: String::new(), commit_timestamp: -1, expire_timestamp: None }
 }
@@ -88,7 +203,13 @@ fn no_offset() -> OffsetValue {
 /// Fills a fetched partition (the v8+ and older response types have the same fields).
 macro_rules! fill_fetched {
     ($rp:ident, $p:expr, $v:expr) => {{
-        let v = $v.unwrap_or_else(no_offset);
+        let v = match $v {
+            Ok(v) => v.unwrap_or_else(no_offset),
+            Err(e) => {
+                $rp.error_code = e.code();
+                no_offset()
+            }
+        };
         $rp.partition_index = $p;
         $rp.committed_offset = v.offset;
         $rp.committed_leader_epoch = v.leader_epoch;
@@ -96,7 +217,7 @@ macro_rules! fill_fetched {
     }};
 }
 
-type Fetched = Result<Vec<(String, Vec<(i32, Option<OffsetValue>)>)>, GroupError>;
+type Fetched = Result<Vec<(String, Vec<FetchedOffset>)>, GroupError>;
 
 /// `member`: the member id and epoch of a v9+ request (checked against consumer protocol groups).
 async fn fetch_group(
@@ -163,7 +284,7 @@ pub async fn offset_fetch(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetch
                 rt.name = super::util::topic_name(&name);
                 for p in parts {
                     let mut rp = OffsetFetchResponsePartition::default();
-                    fill_fetched!(rp, p, None);
+                    fill_fetched!(rp, p, Ok::<_, GroupError>(None));
                     rp.error_code = e.code();
                     rt.partitions.push(rp);
                 }

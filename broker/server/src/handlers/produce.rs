@@ -1,28 +1,48 @@
-//! Produce: validate every batch, append, and for acks=all wait until the high watermark covers
-//! the write (the ISR rule of `crate::replica`). acks=0 gets no response at all.
+//! Produce: validate every batch, verify transactional producers' partitions with their
+//! transaction coordinator (KIP-890), append, and for acks=all wait until the high watermark
+//! covers the write (the ISR rule of `crate::replica`). acks=0 gets no response at all.
+//!
+//! Three passes over the request's partitions: validation (every refusal answered in place),
+//! one verification round trip for the partitions whose transaction is not open here yet, then
+//! the appends, in request order.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oxbow_log::batch::validate_produce;
+use bytes::Bytes;
+use oxbow_log::batch::{ValidBatch, validate_produce};
 use oxbow_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use oxbow_protocol::messages::{ProduceRequest, ProduceResponse};
+use oxbow_txn::TopicPartition;
 
 use super::Ctx;
 use super::util::s;
 use crate::clock::now_ms;
 use crate::errors::BrokerError;
-use crate::partition::HwWait;
+use crate::metadata_view::Topic;
+use crate::partition::{HwWait, Partition, TxnWrite};
+use crate::txn_coordinator::Verdict;
+
+/// Produce v12+ comes from transaction version 2 producers: the leader adds the partition to
+/// the transaction instead of only verifying it.
+const ADDS_PARTITIONS_FROM: i16 = 12;
 
 struct Pending {
     topic: usize,
-    partition: std::sync::Arc<crate::partition::Partition>,
+    partition: Arc<Partition>,
     resp_index: usize,
     wait_for: i64,
 }
 
-/// Topics only the coordinators write.
-fn is_internal(name: &str) -> bool {
-    name == crate::coordinator::OFFSETS_TOPIC || name == oxbow_txn::shard::TRANSACTION_STATE_TOPIC
+/// A partition that passed validation, waiting to be appended.
+struct Ready {
+    topic_slot: usize,
+    resp_index: usize,
+    topic: Arc<Topic>,
+    partition: Arc<Partition>,
+    records: Bytes,
+    batches: Vec<ValidBatch>,
+    txn: Option<TxnWrite>,
 }
 
 fn partition_error(index: i32, e: &BrokerError) -> PartitionProduceResponse {
@@ -36,91 +56,156 @@ fn partition_error(index: i32, e: &BrokerError) -> PartitionProduceResponse {
     r
 }
 
+/// Topics only the coordinators write.
+fn is_internal(name: &str) -> bool {
+    name == crate::coordinator::OFFSETS_TOPIC || name == oxbow_txn::shard::TRANSACTION_STATE_TOPIC
+}
+
+/// Validates one partition's data (answered at `slot` of the response); the partition's answer
+/// if it is refused.
+fn validate(
+    ctx: &Ctx<'_>,
+    req: &ProduceRequest,
+    topic: Option<&Arc<Topic>>,
+    index: i32,
+    records: Bytes,
+    now: i64,
+    (topic_slot, resp_index): (usize, usize),
+) -> Result<Ready, BrokerError> {
+    if !matches!(req.acks, -1..=1) {
+        return Err(BrokerError::InvalidRequiredAcks(req.acks));
+    }
+    if let Some(internal) = topic.map(|t| t.meta.name.as_str()).filter(|n| is_internal(n)) {
+        return Err(BrokerError::InvalidTopic(format!("Cannot append to internal topic {internal}")));
+    }
+    let topic = topic.ok_or_else(|| BrokerError::unknown_topic(ctx.version >= 13))?;
+    let partition = topic.led(index)?.clone();
+    let batches = validate_produce(&records, topic.log_config.max_message_bytes).inspect_err(|e| {
+        tracing::debug!(topic = %topic.meta.name, partition = index, error = %e, "rejected batch");
+    })?;
+    let txn = match batches.iter().find(|b| b.header.is_transactional()) {
+        None => None,
+        Some(first) => {
+            if req.transactional_id.is_none() {
+                return Err(BrokerError::TransactionalIdAuthorizationFailed(
+                    "transactional records need the producer's transactional id".into(),
+                ));
+            }
+            let (pid, epoch) = (first.header.producer_id, first.header.producer_epoch);
+            if batches.iter().any(|b| b.header.producer_id != pid || b.header.producer_epoch != epoch) {
+                return Err(BrokerError::InvalidProducerIdMapping(
+                    "batches of several producers in one transactional produce".into(),
+                ));
+            }
+            let verify = ctx.broker.config.transactions.verification || ctx.version >= ADDS_PARTITIONS_FROM;
+            let guard = if verify {
+                partition.start_txn_verification(pid, epoch, ctx.version >= ADDS_PARTITIONS_FROM, now)?
+            } else {
+                None
+            };
+            Some(TxnWrite { producer_id: pid, epoch, guard })
+        }
+    };
+    if topic.log_config.cleanup_compact {
+        oxbow_log::cleaner::check_keys(&records)?;
+    }
+    Ok(Ready { topic_slot, resp_index, topic: topic.clone(), partition, records, batches, txn })
+}
+
+/// Asks the transaction coordinator about the partitions whose transaction is not open here
+/// yet (those with a guard); the refused ones get their error in the response and leave
+/// `ready`.
+async fn verify(ctx: &Ctx<'_>, req: &ProduceRequest, ready: &mut Vec<Ready>, resp: &mut ProduceResponse) {
+    let asking: Vec<usize> = (0..ready.len()).filter(|i| ready[*i].txn.is_some_and(|t| t.guard.is_some())).collect();
+    let (Some(first), Some(id)) = (asking.first(), req.transactional_id.as_ref()) else { return };
+    let Some(txn) = ready[*first].txn else { return };
+    let tps: Vec<TopicPartition> = asking
+        .iter()
+        .map(|i| TopicPartition::new(ready[*i].topic.meta.name.as_str(), ready[*i].partition.index))
+        .collect();
+    let add = ctx.version >= ADDS_PARTITIONS_FROM;
+    let verdicts = ctx.broker.txns.verify_at_coordinator(id.as_str(), txn.producer_id, txn.epoch, &tps, add).await;
+    let mut refused = Vec::new();
+    for (i, v) in asking.iter().zip(verdicts) {
+        let code = match v {
+            Verdict::InTransaction => Some(0),
+            Verdict::Refused(c) => Some(c),
+            Verdict::Unreachable => None,
+        };
+        if let Err(e) = BrokerError::from_txn_verdict(code, ctx.version) {
+            let r = &ready[*i];
+            tracing::debug!(topic = %r.topic.meta.name, partition = r.partition.index, error = %e, "transaction verification refused");
+            resp.responses[r.topic_slot].partition_responses[r.resp_index] = partition_error(r.partition.index, &e);
+            refused.push(*i);
+        }
+    }
+    let mut i = 0;
+    ready.retain(|_| {
+        i += 1;
+        !refused.contains(&(i - 1))
+    });
+}
+
 pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceResponse> {
     let b = ctx.broker;
     let acks = req.acks;
     let mut resp = ProduceResponse::default();
-    let mut pending: Vec<Pending> = Vec::new();
+    let mut ready: Vec<Ready> = Vec::new();
     let now = now_ms();
-    for td in req.topic_data {
+    for td in &req.topic_data {
         let mut tr = TopicProduceResponse::default();
         tr.name = td.name.clone();
         tr.topic_id = td.topic_id;
         let topic = if ctx.version >= 13 { b.topic_by_id(td.topic_id) } else { b.topic(td.name.0.as_str()) };
-        for pd in td.partition_data {
-            let fail = |e: BrokerError| partition_error(pd.index, &e);
-            if !matches!(acks, -1..=1) {
-                tr.partition_responses.push(fail(BrokerError::InvalidRequiredAcks(acks)));
-                continue;
-            }
-            if let Some(internal) = topic.as_ref().map(|t| t.meta.name.as_str()).filter(|n| is_internal(n)) {
-                tr.partition_responses
-                    .push(fail(BrokerError::InvalidTopic(format!("Cannot append to internal topic {internal}"))));
-                continue;
-            }
-            let Some(topic) = topic.as_ref() else {
-                tr.partition_responses.push(fail(BrokerError::unknown_topic(ctx.version >= 13)));
-                continue;
-            };
-            let partition = match topic.led(pd.index) {
-                Ok(p) => p,
-                Err(e) => {
-                    tr.partition_responses.push(fail(e));
-                    continue;
-                }
-            };
-            let records = pd.records.unwrap_or_default();
-            let batches = match validate_produce(&records, topic.log_config.max_message_bytes) {
-                Ok(v) => v,
-                Err(e) => {
-                    tracing::debug!(topic = %topic.meta.name, partition = pd.index, error = %e, "rejected batch");
-                    tr.partition_responses.push(fail(e.into()));
-                    continue;
-                }
-            };
-            if req.transactional_id.is_none() && batches.iter().any(|b| b.header.is_transactional()) {
-                tr.partition_responses.push(fail(BrokerError::TransactionalIdAuthorizationFailed(
-                    "transactional records need the producer's transactional id".into(),
-                )));
-                continue;
-            }
-            if topic.log_config.cleanup_compact
-                && let Err(e) = oxbow_log::cleaner::check_keys(&records)
-            {
-                tr.partition_responses.push(fail(e.into()));
-                continue;
-            }
-            let min_insync = (acks == -1).then_some(topic.min_insync);
-            let fsync = topic.log_config.flush_messages != i64::MAX;
-            let append = || partition.append(&records, &batches, min_insync, now);
-            let result = if fsync { tokio::task::block_in_place(append) } else { append() };
-            match result {
+        for pd in &td.partition_data {
+            let records = pd.records.clone().unwrap_or_default();
+            let slot = (resp.responses.len(), tr.partition_responses.len());
+            match validate(ctx, &req, topic.as_ref(), pd.index, records, now, slot) {
                 Ok(r) => {
-                    b.stats.produced(r.records as u64, r.bytes as u64);
-                    let mut pr = PartitionProduceResponse::default();
-                    pr.index = pd.index;
-                    pr.base_offset = r.base_offset;
-                    pr.log_append_time_ms = r.log_append_time;
-                    pr.log_start_offset = r.log_start_offset;
-                    if acks == -1 {
-                        pending.push(Pending {
-                            topic: resp.responses.len(),
-                            partition: partition.clone(),
-                            resp_index: tr.partition_responses.len(),
-                            wait_for: r.last_offset + 1,
-                        });
-                    }
-                    tr.partition_responses.push(pr);
+                    ready.push(r);
+                    tr.partition_responses.push(partition_error(pd.index, &BrokerError::OperationNotAttempted));
                 }
-                Err(e) => {
-                    if !matches!(e, BrokerError::OutOfOrderSequence(_)) {
-                        tracing::debug!(topic = %topic.meta.name, partition = pd.index, error = %e, "produce failed");
-                    }
-                    tr.partition_responses.push(fail(e));
-                }
+                Err(e) => tr.partition_responses.push(partition_error(pd.index, &e)),
             }
         }
         resp.responses.push(tr);
+    }
+    verify(ctx, &req, &mut ready, &mut resp).await;
+    let mut pending: Vec<Pending> = Vec::new();
+    for r in ready {
+        let slot = &mut resp.responses[r.topic_slot].partition_responses[r.resp_index];
+        let min_insync = (acks == -1).then_some(r.topic.min_insync);
+        let fsync = r.topic.log_config.flush_messages != i64::MAX;
+        let append = || match r.txn {
+            Some(t) => r.partition.append_transactional(&r.records, &r.batches, min_insync, now, t),
+            None => r.partition.append(&r.records, &r.batches, min_insync, now),
+        };
+        let result = if fsync { tokio::task::block_in_place(append) } else { append() };
+        match result {
+            Ok(a) => {
+                b.stats.produced(a.records as u64, a.bytes as u64);
+                let mut pr = PartitionProduceResponse::default();
+                pr.index = r.partition.index;
+                pr.base_offset = a.base_offset;
+                pr.log_append_time_ms = a.log_append_time;
+                pr.log_start_offset = a.log_start_offset;
+                *slot = pr;
+                if acks == -1 {
+                    pending.push(Pending {
+                        topic: r.topic_slot,
+                        partition: r.partition.clone(),
+                        resp_index: r.resp_index,
+                        wait_for: a.last_offset + 1,
+                    });
+                }
+            }
+            Err(e) => {
+                if !matches!(e, BrokerError::OutOfOrderSequence(_)) {
+                    tracing::debug!(topic = %r.topic.meta.name, partition = r.partition.index, error = %e, "produce failed");
+                }
+                *slot = partition_error(r.partition.index, &e);
+            }
+        }
     }
     if acks == 0 {
         return None;

@@ -25,8 +25,9 @@ use oxbow_txn::{ProducerIdAndEpoch, TopicPartition, TxnApi, TxnResult, TxnState}
 use super::Ctx;
 use super::util::{s, topic_name};
 use crate::clock::now_ms;
+use crate::coordinator::OFFSETS_TOPIC;
 use crate::errors::BrokerError;
-use crate::partition::HwWait;
+use crate::partition::{HwWait, Marker};
 
 /// How long a leader waits for the ISR to take a marker (Kafka: the broker's
 /// `request.timeout.ms`).
@@ -227,8 +228,24 @@ pub async fn write_txn_markers(ctx: &Ctx<'_>, req: WriteTxnMarkersRequest) -> Wr
             for &p in &t.partition_indexes {
                 let mut pr = WritableTxnMarkerPartitionResult::default();
                 pr.partition_index = p;
+                let marker = Marker {
+                    producer_id: m.producer_id.0,
+                    producer_epoch: m.producer_epoch,
+                    coordinator_epoch: m.coordinator_epoch,
+                    commit: m.transaction_result,
+                };
                 let appended = match &topic {
                     None => Err(BrokerError::unknown_topic(false)),
+                    // The group coordinator writes its partitions' markers and settles the
+                    // transaction's offsets with them; the task finishes even if this request
+                    // is dropped.
+                    Some(topic) if topic.meta.name == OFFSETS_TOPIC => {
+                        let bb = b.clone();
+                        b.groups
+                            .detached(async move { bb.groups.end_txn(&bb.view, p, marker).await })
+                            .await
+                            .unwrap_or_else(|| Err(BrokerError::Internal("the group coordinator stopped".into())))
+                    }
                     Some(topic) => topic.led(p).and_then(|part| {
                         part.append_marker(
                             m.producer_id.0,

@@ -6,15 +6,20 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collection;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.ListOffsetsOptions;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.IsolationLevel;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.KafkaFuture;
 
@@ -96,5 +101,46 @@ final class Kit {
 
     static TopicPartition tp(String topic, int p) {
         return new TopicPartition(topic, p);
+    }
+
+    /**
+     * Admin ListOffsets "latest" of one partition under {@code isolation}: the high watermark for
+     * READ_UNCOMMITTED, the last stable offset for READ_COMMITTED.
+     */
+    static long latestOffset(Admin admin, TopicPartition tp, IsolationLevel isolation) throws Exception {
+        return get(admin.listOffsets(Map.of(tp, OffsetSpec.latest()), new ListOffsetsOptions(isolation))
+                .partitionResult(tp)).offset();
+    }
+
+    /**
+     * Polls the (assigned) {@code consumer} until its position in every partition of {@code tps}
+     * reached the end offset the consumer itself reports (the LSO under read_committed), or 60 s
+     * passed; returns the records per partition in the order they arrived. Callers assert on the
+     * records and on the positions.
+     */
+    static Map<TopicPartition, List<ConsumerRecord<byte[], byte[]>>> readToEnd(
+            KafkaConsumer<byte[], byte[]> consumer, Collection<TopicPartition> tps) {
+        Map<TopicPartition, List<ConsumerRecord<byte[], byte[]>>> out = new LinkedHashMap<>();
+        for (TopicPartition tp : tps) {
+            out.put(tp, new ArrayList<>());
+        }
+        Map<TopicPartition, Long> end = consumer.endOffsets(tps, Duration.ofSeconds(TIMEOUT_S));
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (System.nanoTime() < deadline) {
+            boolean done = true;
+            for (TopicPartition tp : tps) {
+                if (consumer.position(tp, Duration.ofSeconds(TIMEOUT_S)) < end.get(tp)) {
+                    done = false;
+                    break;
+                }
+            }
+            if (done) {
+                break;
+            }
+            for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                out.computeIfAbsent(new TopicPartition(r.topic(), r.partition()), k -> new ArrayList<>()).add(r);
+            }
+        }
+        return out;
     }
 }
