@@ -236,7 +236,6 @@ def create_topic(broker: Broker, topic: str, partitions: int) -> None:
     raise RuntimeError(f"topic {topic} not ready on {broker.name}")
 
 
-@dataclass(frozen=True)
 def read_rss(pid: int) -> int:
     """Resident set size in KiB of a live process, now."""
     with open(f"/proc/{pid}/status") as f:
@@ -246,6 +245,7 @@ def read_rss(pid: int) -> int:
     return 0
 
 
+@dataclass(frozen=True)
 class Produce:
     size: int
     acks: str
@@ -394,6 +394,18 @@ def round_for(cls, binary_cp: str, workdir: Path, args, res: Results, produce: l
         b.kill()
         log(f"{b.name}: SIGKILLed; restarting")
         res.add(f"recovery after SIGKILL, {args.recovery_gb} GB log", "restart to serving", "s", "lower", b.name, b.start())
+    finally:
+        b.stop()
+        b.kill()
+
+
+def txn_round(cls, binary_cp: str, workdir: Path, args, res: Results) -> None:
+    """Only the transactional workloads, on a fresh broker."""
+    b = cls(workdir, binary_cp)
+    try:
+        b.start()
+        log(f"{b.name}: transactions ({args.txn_records} records per run, {args.open_txn_ids} open ids)")
+        run_transactions(b, binary_cp, args.txn_records, [100, 10_000], args.open_txn_ids, res)
     finally:
         b.stop()
         b.kill()
@@ -610,6 +622,7 @@ def main() -> int:
     ap.add_argument("--move-gb", type=float, default=1.0, help="GiB in the partition the reassignment moves")
     ap.add_argument("--move-throttle-mb", type=float, default=100.0, help="MiB/s throttle of the throttled move")
     ap.add_argument("--only-move", action="store_true", help="only the partition reassignment workload")
+    ap.add_argument("--only-txn", action="store_true", help="only the transactional workloads")
     ap.add_argument("--no-build", action="store_true", help="use the existing oxbow-broker binary")
     args = ap.parse_args()
     if args.smoke:
@@ -643,6 +656,11 @@ def main() -> int:
             for cls in order:
                 d = Path(tmp) / f"round{r}-{cls.name}"
                 d.mkdir()
+                if args.only_txn:
+                    log(f"round {r + 1}/{args.rounds}: {cls.name}, transactions")
+                    txn_round(cls, cp, d, args, res)
+                    shutil.rmtree(d, ignore_errors=True)
+                    continue
                 if not args.only_move:
                     log(f"round {r + 1}/{args.rounds}: {cls.name}")
                     round_for(cls, cp, d, args, res, produce)
@@ -685,7 +703,7 @@ def main() -> int:
     broken = [r for r in rows if not (r["oxbow"] > 0 and r["kafka"] > 0)]
     for r in rows:
         print(f"  {r['workload']:<45} {r['metric']:<28} {r['unit']:<10} oxbow={r['oxbow']:<12} kafka={r['kafka']:<12} ratio={r['ratio']}")
-    if broken or len(rows) < (2 if args.only_move else 13):
+    if broken or len(rows) < (2 if args.only_move else 5 if args.only_txn else 13):
         print(f"benchmark incomplete: {len(rows)} rows, missing or non-positive values in {[(r['workload'], r['metric']) for r in broken]}")
         return 1
     return 0
