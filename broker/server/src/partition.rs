@@ -308,16 +308,14 @@ impl Partition {
     /// (WriteTxnMarkers). `min_insync` as for [`Self::append`].
     pub fn append_marker(
         &self,
-        producer_id: i64,
-        producer_epoch: i16,
-        coordinator_epoch: i32,
-        commit: bool,
+        marker: Marker,
         min_insync: Option<i32>,
         now_ms: i64,
     ) -> Result<AppendResult, BrokerError> {
         let (result, hw) = self.with(|i| {
             i.check_min_insync(min_insync)?;
             let epoch = i.replica.leader_epoch;
+            let Marker { producer_id, producer_epoch, coordinator_epoch, commit } = marker;
             let r = i.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit, epoch, now_ms)?;
             i.verifications.marker_appended(producer_id, producer_epoch);
             Ok((r, self.advance_hw(i)))

@@ -105,14 +105,7 @@ impl Coordinator {
             return Err(moved(GroupError::NotCoordinator));
         }
         Self::settle(&slot, &mut st);
-        let r = slot.partition.append_marker(
-            marker.producer_id,
-            marker.producer_epoch,
-            marker.coordinator_epoch,
-            marker.commit,
-            Some(topic.min_insync),
-            now_ms(),
-        )?;
+        let r = slot.partition.append_marker(marker, Some(topic.min_insync), now_ms())?;
         let end = r.last_offset + 1;
         st.last_written = st.last_written.max(end);
         st.pending.push_back((end, Settle::TxnEnd { producer_id: marker.producer_id, commit: marker.commit }));

@@ -247,15 +247,8 @@ pub async fn write_txn_markers(ctx: &Ctx<'_>, req: WriteTxnMarkersRequest) -> Wr
                             .unwrap_or_else(|| Err(BrokerError::Internal("the group coordinator stopped".into())))
                     }
                     Some(topic) => topic.led(p).and_then(|part| {
-                        part.append_marker(
-                            m.producer_id.0,
-                            m.producer_epoch,
-                            m.coordinator_epoch,
-                            m.transaction_result,
-                            Some(topic.min_insync),
-                            now,
-                        )
-                        .map(|r| (part.clone(), r.last_offset + 1))
+                        part.append_marker(marker, Some(topic.min_insync), now)
+                            .map(|r| (part.clone(), r.last_offset + 1))
                     }),
                 };
                 match appended {
