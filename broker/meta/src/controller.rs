@@ -69,6 +69,16 @@ pub enum Command {
     AllocateProducerIds {
         node_id: NodeId,
     },
+    /// AlterUserScramCredentials, checked by the broker: credentials to set, then (user,
+    /// mechanism) pairs to remove (those already gone are skipped).
+    AlterScramCredentials {
+        upserts: Vec<crate::records::ScramCredential>,
+        deletions: Vec<(String, i8)>,
+        /// Bootstrap credentials (`format --add-scram`): a user that already has a credential of
+        /// the mechanism keeps it.
+        #[serde(default)]
+        only_new: bool,
+    },
     /// Never hand out producer ids below `below` (ids an imported single-node store used).
     ReserveProducerIds {
         below: i64,
@@ -350,6 +360,22 @@ impl Controller {
                     Some(n) => img.node_configs.get(n).unwrap_or(&empty),
                 };
                 Ok(Decision::new(config_diff(ConfigResource::Broker(*node), current, configs), Reply::Done))
+            }
+            Command::AlterScramCredentials { upserts, deletions, only_new } => {
+                let mut records: Vec<Record> = deletions
+                    .iter()
+                    .filter(|(u, m)| img.scram.get(u).is_some_and(|c| c.contains_key(m)))
+                    .map(|(user, mechanism)| Record::RemoveScramCredential {
+                        user: user.clone(),
+                        mechanism: *mechanism,
+                    })
+                    .collect();
+                let exists = |c: &crate::records::ScramCredential| {
+                    img.scram.get(&c.user).is_some_and(|m| m.contains_key(&c.mechanism))
+                };
+                records
+                    .extend(upserts.iter().filter(|c| !(*only_new && exists(c))).cloned().map(Record::ScramCredential));
+                Ok(Decision::new(records, Reply::Done))
             }
             Command::ReserveProducerIds { below } => {
                 let records = if *below > img.next_producer_id {

@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::records::{ConfigResource, Configs, Endpoint, NodeId, PartitionChange, PartitionRecord, Record};
+use crate::records::{
+    ConfigResource, Configs, Endpoint, NodeId, PartitionChange, PartitionRecord, Record, ScramCredential,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerRegistration {
@@ -25,6 +27,12 @@ pub struct BrokerRegistration {
 }
 
 impl BrokerRegistration {
+    /// The broker's endpoint on listener `name` (clients are answered with the endpoints of the
+    /// listener they came in on, as Kafka).
+    pub fn endpoint(&self, name: &str) -> Option<&Endpoint> {
+        self.listeners.iter().find(|l| l.name == name)
+    }
+
     /// Alive for leadership: registered, unfenced and not shutting down.
     pub fn is_active(&self) -> bool {
         !self.fenced && !self.in_controlled_shutdown
@@ -53,6 +61,9 @@ pub struct MetadataImage {
     /// Start of the next unallocated producer id block.
     pub next_producer_id: i64,
     pub features: BTreeMap<String, i16>,
+    /// SCRAM credentials by user, then mechanism id.
+    #[serde(default)]
+    pub scram: BTreeMap<String, BTreeMap<i8, ScramCredential>>,
 }
 
 impl MetadataImage {
@@ -147,6 +158,17 @@ impl MetadataImage {
             Record::ProducerIds { next, .. } => self.next_producer_id = self.next_producer_id.max(*next),
             Record::FeatureLevel { name, level } => {
                 self.features.insert(name.clone(), *level);
+            }
+            Record::ScramCredential(c) => {
+                self.scram.entry(c.user.clone()).or_default().insert(c.mechanism, c.clone());
+            }
+            Record::RemoveScramCredential { user, mechanism } => {
+                if let Some(m) = self.scram.get_mut(user) {
+                    m.remove(mechanism);
+                    if m.is_empty() {
+                        self.scram.remove(user);
+                    }
+                }
             }
         }
     }

@@ -133,6 +133,35 @@ pub enum Record {
         name: String,
         level: i16,
     },
+    /// Sets a user's SCRAM credential of one mechanism (Kafka's `UserScramCredentialRecord`).
+    ScramCredential(ScramCredential),
+    /// Removes a user's SCRAM credential of one mechanism.
+    RemoveScramCredential {
+        user: String,
+        mechanism: i8,
+    },
+}
+
+/// A SCRAM credential: salt, stored key and server key of a salted password (never the
+/// password). `mechanism` is Kafka's id (1: SCRAM-SHA-256, 2: SCRAM-SHA-512).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramCredential {
+    pub user: String,
+    pub mechanism: i8,
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: u32,
+}
+
+impl std::fmt::Debug for ScramCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScramCredential")
+            .field("user", &self.user)
+            .field("mechanism", &self.mechanism)
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Cluster-wide config defaults keyed as Kafka's BROKER resource "".

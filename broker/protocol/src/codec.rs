@@ -106,6 +106,10 @@ pub enum AnyRequest {
     TxnOffsetCommit(messages::TxnOffsetCommitRequest),
     DescribeTransactions(messages::DescribeTransactionsRequest),
     ListTransactions(messages::ListTransactionsRequest),
+    SaslHandshake(messages::SaslHandshakeRequest),
+    SaslAuthenticate(messages::SaslAuthenticateRequest),
+    DescribeUserScramCredentials(messages::DescribeUserScramCredentialsRequest),
+    AlterUserScramCredentials(messages::AlterUserScramCredentialsRequest),
 }
 
 /// Decodes a whole request frame (without the size prefix) the way the broker does: unknown
@@ -165,6 +169,12 @@ pub fn decode_any(frame: Bytes) -> Result<(RequestHeader, AnyRequest), ProtocolE
         ApiKey::TxnOffsetCommit => AnyRequest::TxnOffsetCommit(decode_body(api, v, &mut body)?),
         ApiKey::DescribeTransactions => AnyRequest::DescribeTransactions(decode_body(api, v, &mut body)?),
         ApiKey::ListTransactions => AnyRequest::ListTransactions(decode_body(api, v, &mut body)?),
+        ApiKey::SaslHandshake => AnyRequest::SaslHandshake(decode_body(api, v, &mut body)?),
+        ApiKey::SaslAuthenticate => AnyRequest::SaslAuthenticate(decode_body(api, v, &mut body)?),
+        ApiKey::DescribeUserScramCredentials => {
+            AnyRequest::DescribeUserScramCredentials(decode_body(api, v, &mut body)?)
+        }
+        ApiKey::AlterUserScramCredentials => AnyRequest::AlterUserScramCredentials(decode_body(api, v, &mut body)?),
         other => return Err(ProtocolError::Decode { api: other, version: v, reason: "not served".into() }),
     };
     Ok((raw.header, req))

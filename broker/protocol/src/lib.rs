@@ -11,6 +11,8 @@
 //! - [`ids`]: Kafka's 22-character text form of topic, cluster and directory ids.
 //! - [`schema`]: the primitives of Kafka's message schemas (bounded readers, strings, varints,
 //!   tagged fields) for the internal-topic records Oxbow encodes, and the coordinator partition hash.
+//! - [`scram`]: SCRAM-SHA-256/512 credentials and both sides of the exchange; [`secret`]: a
+//!   value that prints as `[hidden]`.
 //! - [`codec`]: decoding request bodies and encoding responses with the right header version, on
 //!   top of the `kafka-protocol` crate.
 //!
@@ -23,6 +25,8 @@ pub mod connection;
 pub mod frame;
 pub mod ids;
 pub mod schema;
+pub mod scram;
+pub mod secret;
 pub mod versions;
 
 pub use kafka_protocol::error::ResponseError;

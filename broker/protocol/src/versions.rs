@@ -57,6 +57,12 @@ const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 2),
+    // Security. SaslHandshake v0 (raw tokens after it) and v1 (SaslAuthenticate frames); on a
+    // listener without SASL both answer ILLEGAL_SASL_STATE, as Kafka's.
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// The advertised version range of one API.

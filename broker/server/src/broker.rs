@@ -42,7 +42,8 @@ pub struct Broker {
     /// Identifies this run of the broker in its registration.
     pub incarnation_id: Uuid,
     /// The listener clients are told about (with the real port if `listeners` said 0).
-    advertised: RwLock<Listener>,
+    /// One per client listener, ports filled in once bound.
+    advertised: RwLock<Vec<Listener>>,
     pub view: Arc<MetadataView>,
     pub logs: LogManager,
     pub controller: ControllerClient,
@@ -110,7 +111,11 @@ impl Broker {
         let (logs, cluster_id) = LogManager::open(&config)?;
         let view = Arc::new(MetadataView::new(&config));
         let controller = ControllerClient::new(config.node_id, view.subscribe_applied());
-        let peers = Arc::new(crate::peers::Peers::new(config.node_id, view.clone()));
+        let peers = Arc::new(crate::peers::Peers::new(
+            config.node_id,
+            view.clone(),
+            config.security.inter_broker_client.clone(),
+        ));
         Ok(Arc::new(Self {
             txns: Arc::new(crate::txn_coordinator::TxnCoordinator::new(
                 config.transactions,
@@ -122,7 +127,7 @@ impl Broker {
             isr_changes: IsrChanges::default(),
             groups: Arc::new(crate::coordinator::Coordinator::new(config.groups.clone())),
             liveness: Arc::new(Liveness::new(config.session_timeout_ms)),
-            advertised: RwLock::new(config.advertised_listeners[0].clone()),
+            advertised: RwLock::new(config.advertised_listeners.clone()),
             cluster_id,
             incarnation_id: Uuid::new_v4(),
             view,
@@ -139,14 +144,13 @@ impl Broker {
         self.config.node_id
     }
 
-    pub fn advertised(&self) -> Listener {
+    pub fn advertised(&self) -> Vec<Listener> {
         self.advertised.read().clone()
     }
 
-    /// Called once the listener is bound, so port 0 is advertised as the real port.
-    pub fn set_bound_port(&self, port: u16) {
-        let mut a = self.advertised.write();
-        if a.port == 0 {
+    /// Called once a listener is bound, so port 0 is advertised as the real port.
+    pub fn set_bound_port(&self, listener: &str, port: u16) {
+        for a in self.advertised.write().iter_mut().filter(|a| a.name == listener && a.port == 0) {
             a.port = port;
         }
     }
@@ -218,16 +222,21 @@ impl Broker {
 
     /// Registers this broker with the active controller (a new epoch for this incarnation).
     pub async fn register(&self) -> Result<i64, BrokerError> {
-        let adv = self.advertised();
+        let sec = &self.config.security.listeners;
+        let listeners = self
+            .advertised()
+            .into_iter()
+            .map(|a| Endpoint {
+                security_protocol: sec.get(&a.name).map_or("PLAINTEXT", |s| s.protocol.name()).into(),
+                name: a.name,
+                host: a.host,
+                port: a.port,
+            })
+            .collect();
         let cmd = Command::RegisterBroker {
             node_id: self.node_id(),
             incarnation_id: self.incarnation_id,
-            listeners: vec![Endpoint {
-                name: adv.name.clone(),
-                host: adv.host.clone(),
-                port: adv.port,
-                security_protocol: "PLAINTEXT".into(),
-            }],
+            listeners,
             rack: self.config.rack.clone(),
         };
         self.controller.execute(cmd).await?;

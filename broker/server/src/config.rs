@@ -6,8 +6,10 @@
 //! value stops the broker with a [`ConfigError`] naming the key and what it accepts. Unknown keys
 //! produce a warning.
 
+mod kind;
 mod parse;
 mod schema;
+pub mod security;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,6 +19,21 @@ use oxbow_log::{LogConfig, TargetCompression};
 pub use parse::{Listener, parse_host_ports, parse_listeners, parse_properties, parse_voters};
 use schema::SYNONYMS;
 pub use schema::{CLEANUP, KEYS, KeyDef, Kind, key_def};
+
+/// Whether `key` is understood: a key of [`KEYS`], or one of them for one listener
+/// (`listener.name.<name>.<key>`, or a mechanism's `<mechanism>.sasl.jaas.config`).
+fn is_known(key: &str) -> bool {
+    if key_def(key).is_some() {
+        return true;
+    }
+    let Some(rest) = key.strip_prefix("listener.name.") else {
+        return false;
+    };
+    let Some((_, per_listener)) = rest.split_once('.') else {
+        return false;
+    };
+    key_def(per_listener).is_some() || per_listener.ends_with(".sasl.jaas.config")
+}
 
 /// A configuration problem that stops startup.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -109,9 +126,12 @@ pub struct BrokerConfig {
     pub unclean_leader_election: bool,
     /// `broker.rack`.
     pub rack: Option<String>,
-    /// The client listener (controller listeners are in `controller_listener`).
+    /// The client listeners (controller listeners are in `controller_listener`).
     pub listeners: Vec<Listener>,
+    /// One per client listener, in the same order: where clients are told to connect.
     pub advertised_listeners: Vec<Listener>,
+    /// Each client listener's protocol, TLS and SASL settings; the inter-broker listener.
+    pub security: security::SecurityConfig,
     pub log_dirs: Vec<PathBuf>,
     pub num_partitions: i32,
     pub default_replication_factor: i16,
@@ -158,7 +178,7 @@ impl BrokerConfig {
                 explicit.entry(canonical.to_string()).or_insert(v);
             }
         }
-        let unknown: Vec<String> = explicit.keys().filter(|k| key_def(k).is_none()).cloned().collect();
+        let unknown: Vec<String> = explicit.keys().filter(|k| !is_known(k)).cloned().collect();
         let mut values: BTreeMap<&'static str, Option<String>> = BTreeMap::new();
         for def in KEYS {
             let v = explicit.get(def.name).cloned().or_else(|| def.default.map(str::to_string));
@@ -229,14 +249,18 @@ impl BrokerConfig {
                     ),
                 });
             }
-        } else if listeners.len() != 1 || listeners[0].name != "PLAINTEXT" {
+        } else if listeners.is_empty() {
             return Err(ConfigError::Inconsistent {
                 key: "listeners".into(),
-                reason: "exactly one client listener, named PLAINTEXT, is supported for now (no TLS/SASL yet), plus the controller listener".into(),
+                reason: "a broker needs a client listener besides its controller listener".into(),
             });
         }
-        let advertised_listeners =
-            if advertised_listeners.is_empty() { listeners.clone() } else { advertised_listeners };
+        // Each client listener is advertised as itself unless advertised.listeners names it.
+        let advertised_listeners: Vec<Listener> = listeners
+            .iter()
+            .map(|l| advertised_listeners.iter().find(|a| a.name == l.name).unwrap_or(l).clone())
+            .collect();
+        let security = security::parse(&explicit, &values, &listeners, &controller_listeners)?;
         let node_id = req_int("node.id")? as i32;
         let voters = match get("controller.quorum.voters") {
             Some(v) => parse_voters(&v)
@@ -462,6 +486,7 @@ impl BrokerConfig {
             rack: get("broker.rack").filter(|r| !r.is_empty()),
             listeners,
             advertised_listeners,
+            security,
             log_dirs,
             num_partitions: req_int("num.partitions")? as i32,
             default_replication_factor: default_rf as i16,

@@ -141,6 +141,21 @@ pub enum BrokerError {
     #[error("{0}")]
     InconsistentClusterId(String),
 
+    // Security.
+    #[error("{0}")]
+    SaslAuthenticationFailed(String),
+    #[error("{0}")]
+    UnsupportedSaslMechanism(String),
+    #[error("{0}")]
+    IllegalSaslState(String),
+    /// A SCRAM user without a credential of the mechanism (DescribeUserScramCredentials).
+    #[error("{0}")]
+    ResourceNotFound(String),
+    #[error("{0}")]
+    DuplicateResource(String),
+    #[error("{0}")]
+    UnacceptableCredential(String),
+
     /// A bug or an impossible state: logged where it is built, UNKNOWN_SERVER_ERROR for clients.
     #[error("{0}")]
     Internal(String),
@@ -227,6 +242,12 @@ impl BrokerError {
             B::DuplicateVoter(_) => K::DuplicateVoter,
             B::VoterNotFound(_) => K::VoterNotFound,
             B::InconsistentClusterId(_) => K::InconsistentClusterId,
+            B::SaslAuthenticationFailed(_) => K::SaslAuthenticationFailed,
+            B::UnsupportedSaslMechanism(_) => K::UnsupportedSaslMechanism,
+            B::IllegalSaslState(_) => K::IllegalSaslState,
+            B::ResourceNotFound(_) => K::ResourceNotFound,
+            B::DuplicateResource(_) => K::DuplicateResource,
+            B::UnacceptableCredential(_) => K::UnacceptableCredential,
             B::Internal(_) => K::UnknownServerError,
         }
     }

@@ -12,12 +12,27 @@
 //!
 //! It writes `meta.properties` (cluster id, node id) in every log dir and, for the first two,
 //! the initial voters beside the metadata log.
+//!
+//! `--add-scram 'SCRAM-SHA-512=[name=alice,password=alice-secret]'` (kafka-storage's syntax; or
+//! `iterations`, `salt` and `saltedpassword` in base64 instead of `password`) leaves SCRAM
+//! credentials beside the metadata log; the node commits them through the quorum once it has
+//! joined (a user that already has a credential of that mechanism keeps it) and removes the file
+//! (see [`apply_bootstrap_scram`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use oxbow_meta::records::ScramCredential;
+use oxbow_protocol::scram::{self, Mechanism};
+use oxbow_protocol::secret::Secret;
+
 use crate::config::BrokerConfig;
 use crate::metadata::init_log_dirs;
+
+/// Where `--add-scram` leaves its credentials, beside the metadata log.
+pub const BOOTSTRAP_SCRAM_FILE: &str = "bootstrap-scram.json";
 
 pub const USAGE: &str = "\
 oxbow-broker format: prepare this node's storage (Kafka's kafka-storage format)
@@ -25,13 +40,17 @@ oxbow-broker format: prepare this node's storage (Kafka's kafka-storage format)
 USAGE:
     oxbow-broker format [--config FILE] [--override KEY=VALUE]... [--cluster-id ID]
                         [--standalone | --initial-controllers ID@HOST:PORT,... | --no-initial-controllers]
-                        [--ignore-formatted]
+                        [--ignore-formatted] [--add-scram MECH=[name=N,password=P]]...
 
     -t, --cluster-id ID              the cluster's id (default: cluster.id from the config)
     -s, --standalone                 a dynamic quorum whose only first voter is this controller
     -I, --initial-controllers LIST   a dynamic quorum's first voters (ID@HOST:PORT[:DIRECTORY_ID],...)
     -N, --no-initial-controllers     a controller that joins an existing dynamic quorum later
     -g, --ignore-formatted           succeed without change if the storage is already formatted
+    -S, --add-scram MECH=[name=N,password=P]
+                                     a SCRAM credential (SCRAM-SHA-256 or SCRAM-SHA-512) to create
+                                     when this node first joins; or [name=N,iterations=I,salt=B64,
+                                     saltedpassword=B64]; repeatable
 ";
 
 /// Who the first voters of a dynamic quorum are.
@@ -47,6 +66,104 @@ pub struct FormatOptions {
     pub cluster_id: Option<String>,
     pub initial: Option<InitialControllers>,
     pub ignore_formatted: bool,
+    /// `--add-scram`: credentials to create.
+    pub scram: Vec<ScramCredential>,
+}
+
+/// Parses one `--add-scram` value: `MECHANISM=[key=value,...]` with `name` and either
+/// `password` (and optional `iterations`) or `iterations`, `salt` and `saltedpassword` (base64).
+pub fn parse_add_scram(text: &str) -> Result<ScramCredential, String> {
+    let (mech, rest) = text.split_once('=').ok_or("expected MECHANISM=[name=...,password=...]")?;
+    let mech = Mechanism::from_name(mech.trim())
+        .ok_or_else(|| format!("{mech}: unknown SCRAM mechanism (SCRAM-SHA-256 or SCRAM-SHA-512)"))?;
+    let body = rest.trim().strip_prefix('[').and_then(|r| r.strip_suffix(']')).ok_or("expected [key=value,...]")?;
+    let mut kv = BTreeMap::new();
+    // Split on commas outside double quotes (a quoted password may hold commas).
+    let mut parts = vec![String::new()];
+    let mut quoted = false;
+    for c in body.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                parts.last_mut().into_iter().for_each(|p| p.push(c));
+            }
+            ',' if !quoted => parts.push(String::new()),
+            c => parts.last_mut().into_iter().for_each(|p| p.push(c)),
+        }
+    }
+    for part in parts.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=').ok_or_else(|| format!("{part}: expected key=value"))?;
+        let v = v.trim();
+        let v = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v);
+        kv.insert(k.trim().to_ascii_lowercase(), v.to_string());
+    }
+    let name = kv.remove("name").filter(|n| !n.is_empty()).ok_or("name=... is required")?;
+    let iterations: u32 = match kv.remove("iterations") {
+        Some(i) => i.parse().map_err(|_| format!("iterations={i}: not a number"))?,
+        None => scram::MIN_ITERATIONS,
+    };
+    if !(scram::MIN_ITERATIONS..=scram::MAX_ITERATIONS).contains(&iterations) {
+        return Err(format!(
+            "iterations={iterations}: must be in [{}, {}]",
+            scram::MIN_ITERATIONS,
+            scram::MAX_ITERATIONS
+        ));
+    }
+    let c = match (kv.remove("password"), kv.remove("salt"), kv.remove("saltedpassword")) {
+        (Some(p), None, None) => {
+            scram::Credential::new(mech, &Secret::new(p), iterations).map_err(|e| e.to_string())?
+        }
+        (None, Some(salt), Some(salted)) => {
+            let salt = B64.decode(salt).map_err(|_| "salt: not base64".to_string())?;
+            let salted = B64.decode(salted).map_err(|_| "saltedpassword: not base64".to_string())?;
+            scram::Credential::from_salted(mech, &salted, salt, iterations)
+        }
+        _ => return Err("give password=..., or salt=... and saltedpassword=...".into()),
+    };
+    if let Some(k) = kv.keys().next() {
+        return Err(format!("{k}: unknown key (name, password, iterations, salt, saltedpassword)"));
+    }
+    Ok(ScramCredential {
+        user: name,
+        mechanism: mech.id(),
+        salt: c.salt,
+        stored_key: c.stored_key,
+        server_key: c.server_key,
+        iterations: c.iterations,
+    })
+}
+
+/// Commits the credentials `--add-scram` left (if any) through the quorum, then removes the
+/// file. Retries until the quorum answers or `stop` is cancelled.
+pub async fn apply_bootstrap_scram(
+    dir: &std::path::Path,
+    quorum: &oxbow_meta::Quorum,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let path = dir.join(BOOTSTRAP_SCRAM_FILE);
+    let Ok(text) = std::fs::read_to_string(&path) else { return };
+    let upserts: Vec<ScramCredential> = match serde_json::from_str(&text) {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::error!(file = %path.display(), error = %e, "unreadable bootstrap SCRAM credentials; not applied");
+            return;
+        }
+    };
+    let cmd = oxbow_meta::Command::AlterScramCredentials { upserts, deletions: Vec::new(), only_new: true };
+    loop {
+        match quorum.execute(cmd.clone(), std::time::Duration::from_secs(10)).await {
+            Ok(_) => {
+                let _ = std::fs::remove_file(&path);
+                tracing::info!("bootstrap SCRAM credentials (format --add-scram) committed");
+                return;
+            }
+            Err(e) => tracing::debug!(error = %e, "bootstrap SCRAM credentials not committed yet; retrying"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+    }
 }
 
 /// Parses `--initial-controllers`: `id@host:port` entries, each optionally followed by Kafka's
@@ -119,6 +236,13 @@ pub fn format(config: &BrokerConfig, opts: &FormatOptions) -> Result<String, Str
     };
     init_log_dirs(&dirs, config.node_id, Some(&cluster_id), false).map_err(|e| e.to_string())?;
     let mut done = format!("formatted {} with cluster id {cluster_id}", list(&dirs));
+    if !opts.scram.is_empty() {
+        let path = config.metadata_log_dir.join(BOOTSTRAP_SCRAM_FILE);
+        let json = serde_json::to_vec(&opts.scram).map_err(|e| e.to_string())?;
+        std::fs::write(&path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let users: Vec<&str> = opts.scram.iter().map(|c| c.user.as_str()).collect();
+        done.push_str(&format!("; SCRAM credentials for {}", users.join(", ")));
+    }
     if let Some(v) = voters {
         oxbow_meta::write_initial_voters(&config.metadata_log_dir, &v)
             .map_err(|e| format!("cannot write the initial voters in {}: {e}", config.metadata_log_dir.display()))?;
@@ -166,7 +290,12 @@ mod tests {
     fn standalone_writes_identity_and_voters_once() {
         let d = tempfile::tempdir().expect("tmp");
         let c = config(d.path(), &[]);
-        let opts = |initial| FormatOptions { cluster_id: Some("c-1".into()), initial, ignore_formatted: false };
+        let opts = |initial| FormatOptions {
+            cluster_id: Some("c-1".into()),
+            initial,
+            ignore_formatted: false,
+            scram: vec![parse_add_scram("SCRAM-SHA-512=[name=alice,password=\"a,b\"]").expect("scram")],
+        };
         let e = format(&c, &opts(None)).expect_err("a dynamic controller must say who the voters are");
         assert!(e.contains("--standalone"), "{e}");
         let done = format(&c, &opts(Some(InitialControllers::Standalone))).expect("format");
@@ -174,6 +303,7 @@ mod tests {
         let props = std::fs::read_to_string(d.path().join("meta.properties")).expect("meta.properties");
         assert!(props.contains("cluster.id=c-1") && props.contains("node.id=1"), "{props}");
         assert!(d.path().join(oxbow_meta::quorum::INITIAL_VOTERS_FILE).exists());
+        assert!(d.path().join(BOOTSTRAP_SCRAM_FILE).exists());
         let again = format(&c, &opts(Some(InitialControllers::Standalone))).expect_err("formatted twice");
         assert!(again.contains("already formatted"), "{again}");
         let ignored = FormatOptions { ignore_formatted: true, ..opts(Some(InitialControllers::Standalone)) };
@@ -181,14 +311,31 @@ mod tests {
     }
 
     #[test]
+    fn add_scram_takes_kafka_storage_syntax() {
+        let c = parse_add_scram("SCRAM-SHA-256=[name=alice,iterations=8192,salt=\"MWtf\",saltedpassword=\"mT0yyUUxnlJaC99HXgRTSYlbuqa4FSGtJCJfTMvjYCE=\"]").expect("salted");
+        assert_eq!((c.user.as_str(), c.mechanism, c.iterations, c.salt.as_slice()), ("alice", 1, 8192, &b"1k_"[..]));
+        let p = parse_add_scram("SCRAM-SHA-512=[name=bob,password=pw]").expect("password");
+        assert_eq!((p.mechanism, p.iterations), (2, 4096));
+        for bad in [
+            "SCRAM-SHA-1=[name=a,password=b]",
+            "SCRAM-SHA-256=[password=b]",
+            "SCRAM-SHA-256=[name=a]",
+            "SCRAM-SHA-256=[name=a,password=b,iterations=10]",
+            "SCRAM-SHA-256=name=a",
+            "SCRAM-SHA-256=[name=a,pasword=b]",
+        ] {
+            assert!(parse_add_scram(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn refusals_name_what_is_wrong() {
         let d = tempfile::tempdir().expect("tmp");
         let c = config(d.path(), &[("cluster.id", "a")]);
-        let o = FormatOptions { cluster_id: Some("b".into()), initial: None, ignore_formatted: false };
+        let o = FormatOptions { cluster_id: Some("b".into()), ..Default::default() };
         assert!(format(&c, &o).expect_err("mismatch").contains("differs"));
         let c = config(d.path(), &[]);
-        let o =
-            FormatOptions { cluster_id: None, initial: Some(InitialControllers::NoInitial), ignore_formatted: false };
+        let o = FormatOptions { initial: Some(InitialControllers::NoInitial), ..Default::default() };
         assert!(format(&c, &o).expect_err("no id").contains("cluster id"));
         let broker = config(
             d.path(),
@@ -197,7 +344,7 @@ mod tests {
         let o = FormatOptions {
             cluster_id: Some("a".into()),
             initial: Some(InitialControllers::Standalone),
-            ignore_formatted: false,
+            ..Default::default()
         };
         assert!(format(&broker, &o).expect_err("broker").contains("for controllers"));
     }

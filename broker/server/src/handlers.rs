@@ -18,6 +18,7 @@ use tracing::Instrument;
 
 use crate::broker::Broker;
 use crate::errors::ConnError;
+use crate::security::Session;
 
 mod admin;
 mod api_versions;
@@ -33,6 +34,7 @@ mod offsets;
 mod produce;
 mod quorum;
 mod reassignments;
+mod scram_users;
 mod transactions;
 pub mod util;
 
@@ -45,6 +47,8 @@ pub struct Ctx<'a> {
     pub peer: std::net::SocketAddr,
     /// Lets the connection start its next request (see [`Applied`]).
     pub applied: &'a Applied,
+    /// Who sent the request, on which listener.
+    pub session: &'a Session,
 }
 
 /// The point after which a request's effects are in place, so the connection may start its
@@ -85,12 +89,13 @@ impl Applied {
     }
 }
 
-/// Handles one request frame. `Ok(None)`: no response (acks=0 produce). `applied` fires when the
+/// Handles one request frame under `session` (the place where an authorizer checks it). `Ok(None)`: no response (acks=0 produce). `applied` fires when the
 /// request's effects are in place, if that is before this returns.
 pub async fn dispatch(
     broker: &Arc<Broker>,
     frame: Bytes,
     peer: std::net::SocketAddr,
+    session: &Session,
     applied: &Applied,
 ) -> Result<Option<BytesMut>, ConnError> {
     let peek = peek_header(&frame)?;
@@ -113,7 +118,7 @@ pub async fn dispatch(
     let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
     let span = tracing::debug_span!("request", api = ?api, version = v, correlation_id = peek.correlation_id, client_id = %client_id);
     let corr = peek.correlation_id;
-    let ctx = Ctx { broker, version: v, header: &header, peer, applied };
+    let ctx = Ctx { broker, version: v, header: &header, peer, applied, session };
     macro_rules! answer {
         ($fut:expr) => {{
             let resp = $fut.await;
@@ -169,6 +174,10 @@ pub async fn dispatch(
             AnyRequest::TxnOffsetCommit(r) => answer!(offsets::txn_offset_commit(&ctx, r)),
             AnyRequest::DescribeTransactions(r) => answer!(transactions::describe_transactions(&ctx, r)),
             AnyRequest::ListTransactions(r) => answer!(transactions::list_transactions(&ctx, r)),
+            AnyRequest::SaslHandshake(r) => answer!(scram_users::sasl_handshake(&ctx, r)),
+            AnyRequest::SaslAuthenticate(r) => answer!(scram_users::sasl_authenticate(&ctx, r)),
+            AnyRequest::DescribeUserScramCredentials(r) => answer!(scram_users::describe(&ctx, r)),
+            AnyRequest::AlterUserScramCredentials(r) => answer!(scram_users::alter(&ctx, r)),
         }
     }
     .instrument(span)

@@ -47,6 +47,7 @@ pub mod peers;
 pub mod quota;
 pub mod replica;
 pub mod replication;
+pub mod security;
 pub mod startup;
 pub mod stats;
 pub mod tasks;
@@ -71,7 +72,8 @@ pub use log_manager::StartupError;
 /// A broker with its storage open, its listener bound, and its place in the metadata quorum.
 pub struct Server {
     broker: Arc<Broker>,
-    listener: TcpListener,
+    /// Every client listener, bound (the first is `local_addr`).
+    listeners: Vec<network::Bound>,
     health: Arc<health::Health>,
     health_task: Option<(SocketAddr, tokio::task::JoinHandle<()>)>,
     /// The quorum, image follower and heartbeat tasks, stopped after the listener drained.
@@ -125,7 +127,18 @@ impl Server {
     /// (so the first client request sees it). Clients that connect meanwhile wait in the
     /// listen backlog.
     pub async fn bind(config: BrokerConfig) -> anyhow::Result<Self> {
-        let l = config.listeners[0].clone();
+        // Certificates load before anything else starts: a bad one stops startup naming its key.
+        let mut secured = Vec::new();
+        for l in &config.listeners {
+            let sec = config.security.listeners.get(&l.name).ok_or_else(|| {
+                anyhow::anyhow!("listener {}: no security settings (listener.security.protocol.map)", l.name)
+            })?;
+            let runtime = security::ListenerRuntime::new(&l.name, sec).map_err(|e| anyhow::anyhow!("{e}"))?;
+            secured.push((l.clone(), Arc::new(runtime)));
+        }
+        if let Some(c) = &config.security.inter_broker_client {
+            security::tls::inter_broker_security(c).map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
         // Health first: liveness answers while the log recovers; readiness waits for `run`.
         let health = Arc::new(health::Health::default());
         let health_task = match config.http_listener {
@@ -134,12 +147,15 @@ impl Server {
         };
         let qcfg = quorum_config(&config).await?;
         let broker = tokio::task::spawn_blocking(move || Broker::open(config)).await??;
-        let host = if l.host.is_empty() { "0.0.0.0".to_string() } else { l.host.clone() };
-        let listener = TcpListener::bind((host.as_str(), l.port))
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}:{} (listeners): {e}", host, l.port))?;
-        let port = listener.local_addr()?.port();
-        broker.set_bound_port(port);
+        let mut listeners = Vec::new();
+        for (l, security) in secured {
+            let host = if l.host.is_empty() { "0.0.0.0".to_string() } else { l.host.clone() };
+            let tcp = TcpListener::bind((host.as_str(), l.port))
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {}:{} (listeners, {}): {e}", host, l.port, l.name))?;
+            broker.set_bound_port(&l.name, tcp.local_addr()?.port());
+            listeners.push(network::Bound { tcp, security });
+        }
 
         let meta_stop = CancellationToken::new();
         let mut meta_tasks = JoinSet::new();
@@ -153,6 +169,8 @@ impl Server {
             broker.logs.hold_strays(true);
         }
         startup::join_cluster(&broker).await;
+        let (q, dir, s) = (quorum.clone(), broker.config.metadata_log_dir.clone(), meta_stop.clone());
+        meta_tasks.spawn(async move { format::apply_bootstrap_scram(&dir, &q, s).await });
         if let Some(legacy) = legacy {
             startup::import_legacy(&broker, legacy).await?;
             broker.logs.hold_strays(false);
@@ -167,7 +185,7 @@ impl Server {
             cluster_id = %broker.cluster_id,
             "storage loaded"
         );
-        Ok(Self { broker, listener, health, health_task, meta_tasks, meta_stop })
+        Ok(Self { broker, listeners, health, health_task, meta_tasks, meta_stop })
     }
 
     /// Where the health endpoints listen, if `oxbow.http.listener` is set.
@@ -176,7 +194,10 @@ impl Server {
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
+        match self.listeners.first() {
+            Some(l) => l.tcp.local_addr(),
+            None => Err(std::io::Error::other("no client listener")),
+        }
     }
 
     pub fn broker(&self) -> &Arc<Broker> {
@@ -202,7 +223,7 @@ impl Server {
             shutdown.await;
             health.set(health::Phase::ShuttingDown);
         };
-        network::run(self.listener, self.broker.clone(), shutdown).await;
+        network::run(self.listeners, self.broker.clone(), shutdown).await;
         tracing::info!("shutting down: listener closed, requests drained");
         startup::controlled_shutdown(&self.broker).await;
         self.broker.groups.shutdown().await;
@@ -256,6 +277,8 @@ impl ControllerNode {
         let mut tasks = JoinSet::new();
         let quorum = Quorum::start(qcfg, &mut tasks, stop.clone()).await?;
         health.set_quorum(quorum.clone());
+        let (q, dir, s) = (quorum.clone(), config.metadata_log_dir.clone(), stop.clone());
+        tasks.spawn(async move { format::apply_bootstrap_scram(&dir, &q, s).await });
         Ok(Self { quorum, health, health_task, tasks, stop, cluster_id })
     }
 

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use oxbow_server::config::BrokerConfig;
 use oxbow_server::docs::{config_docs, help_text};
-use oxbow_server::format::{FormatOptions, InitialControllers, USAGE as FORMAT_USAGE, parse_initial_controllers};
+use oxbow_server::format::{
+    FormatOptions, InitialControllers, USAGE as FORMAT_USAGE, parse_add_scram, parse_initial_controllers,
+};
 use tracing_subscriber::EnvFilter;
 
 struct Args {
@@ -59,6 +61,11 @@ fn parse_args() -> Result<Option<Args>, String> {
                 }
                 "-g" | "--ignore-formatted" => {
                     f.ignore_formatted = true;
+                    continue;
+                }
+                "-S" | "--add-scram" => {
+                    let v = args.next().ok_or("--add-scram needs MECHANISM=[name=...,password=...]")?;
+                    f.scram.push(parse_add_scram(&v).map_err(|e| format!("--add-scram: {e}"))?);
                     continue;
                 }
                 _ => {}
@@ -166,8 +173,13 @@ fn main() -> ExitCode {
             e.observe(server.broker());
         }
         let addr = server.local_addr()?;
-        let adv = server.broker().advertised();
-        tracing::info!(listen = %addr, advertised = %format!("{}:{}", adv.host, adv.port), cluster_id = %server.broker().cluster_id, node_id = server.broker().node_id(), health = ?server.health_addr(), "oxbow-broker started");
+        let adv: Vec<String> = server
+            .broker()
+            .advertised()
+            .iter()
+            .map(|l| format!("{}://{}:{}", l.name, l.host, l.port))
+            .collect();
+        tracing::info!(listen = %addr, advertised = %adv.join(","), cluster_id = %server.broker().cluster_id, node_id = server.broker().node_id(), health = ?server.health_addr(), "oxbow-broker started");
         server.run(shutdown_signal()).await
     });
     drop(rt);

@@ -188,10 +188,11 @@ impl MetadataView {
         self.topics.read().by_name.values().flat_map(|t| t.hosted().cloned().collect::<Vec<_>>()).collect()
     }
 
-    /// `host:port` of a registered broker's client listener, from the image.
+    /// `host:port` of a registered broker's inter-broker listener, from the image.
     pub fn broker_address(&self, node: i32) -> Option<String> {
         let image = self.image();
-        let l = image.brokers.get(&node)?.listeners.first()?.clone();
+        let name = self.topic_defaults.read().security.inter_broker_listener.clone()?;
+        let l = image.brokers.get(&node)?.endpoint(&name)?.clone();
         Some(format!("{}:{}", l.host, l.port))
     }
 

@@ -7,19 +7,26 @@
 //! point early, so the next request starts during the wait; every other request applies its
 //! effects by finishing.
 //!
+//! Each listener has its security (`crate::security`): TLS is negotiated before the first
+//! request; on SASL listeners nothing but ApiVersions and the SASL exchange is served until the
+//! client has authenticated, and the frames before that are bounded by
+//! `sasl.server.max.receive.size`. A re-authentication (KIP-368) waits until every request
+//! before it has been answered, then runs alone.
+//!
 //! A frame whose size is out of bounds, that does not parse as a request header, or that names
 //! an unknown API or unsupported version (other than ApiVersions) closes that connection only.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesOrdered;
 use oxbow_protocol::frame;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
@@ -29,6 +36,8 @@ use tracing::Instrument;
 use crate::broker::Broker;
 use crate::errors::ConnError;
 use crate::handlers;
+use crate::security::sasl::{self, Authenticator};
+use crate::security::{ListenerRuntime, Principal, Session};
 
 /// Global limits shared by all connections.
 pub struct Limits {
@@ -50,17 +59,31 @@ impl Limits {
     }
 }
 
-/// Accepts connections until `shutdown` resolves, then stops reading new requests, lets
-/// in-flight ones finish (up to `oxbow.shutdown.timeout.ms`) and closes every connection.
-pub async fn run(listener: TcpListener, broker: Arc<Broker>, shutdown: impl Future<Output = ()>) {
+/// A bound client listener and its security.
+pub struct Bound {
+    pub tcp: TcpListener,
+    pub security: Arc<ListenerRuntime>,
+}
+
+/// Accepts connections on every listener until `shutdown` resolves, then stops reading new
+/// requests, lets in-flight ones finish (up to `oxbow.shutdown.timeout.ms`) and closes every
+/// connection.
+pub async fn run(listeners: Vec<Bound>, broker: Arc<Broker>, shutdown: impl Future<Output = ()>) {
     let limits = Arc::new(Limits::new(&broker));
     let token = CancellationToken::new();
     let mut conns = JoinSet::new();
+    let mut accepts = futures_util::stream::select_all(listeners.into_iter().map(|l| {
+        futures_util::stream::unfold(l, |l| async move {
+            let r = l.tcp.accept().await;
+            Some(((r, l.security.clone()), l))
+        })
+        .boxed()
+    }));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
+            Some((accepted, security)) = accepts.next() => match accepted {
                 Ok((stream, peer)) => {
                     let Ok(permit) = limits.connections.clone().try_acquire_owned() else {
                         tracing::warn!(%peer, "max.connections reached; closing new connection");
@@ -68,11 +91,11 @@ pub async fn run(listener: TcpListener, broker: Arc<Broker>, shutdown: impl Futu
                     };
                     let _ = stream.set_nodelay(true);
                     let (broker, limits, token) = (broker.clone(), limits.clone(), token.child_token());
-                    let span = tracing::info_span!("conn", %peer);
+                    let span = tracing::info_span!("conn", %peer, listener = %security.name);
                     conns.spawn(async move {
                         broker.stats.connection_opened();
                         let stats = broker.clone();
-                        if let Err(e) = connection(stream, peer, broker, limits, token).await {
+                        if let Err(e) = Box::pin(serve(stream, peer, security, broker, limits, token)).await {
                             tracing::info!(reason = %e, "closing connection");
                         }
                         stats.stats.connection_closed();
@@ -87,7 +110,7 @@ pub async fn run(listener: TcpListener, broker: Arc<Broker>, shutdown: impl Futu
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
-    drop(listener);
+    drop(accepts);
     token.cancel();
     let deadline = Duration::from_millis(broker.config.shutdown_timeout_ms);
     let drained = tokio::time::timeout(deadline, async { while conns.join_next().await.is_some() {} }).await;
@@ -98,16 +121,45 @@ pub async fn run(listener: TcpListener, broker: Arc<Broker>, shutdown: impl Futu
     }
 }
 
+/// How long a client has to finish its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One connection: the TLS handshake if the listener has TLS, then its requests.
+async fn serve(
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    security: Arc<ListenerRuntime>,
+    broker: Arc<Broker>,
+    limits: Arc<Limits>,
+    token: CancellationToken,
+) -> Result<(), ConnError> {
+    let Some(tls) = &security.tls else {
+        let session = security.session(Principal::anonymous());
+        let (rd, wr) = stream.into_split();
+        return Box::pin(connection(rd, wr, peer, session, security, broker, limits, token)).await;
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+    let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(ConnError::Refused(format!("TLS handshake failed: {e}"))),
+        Err(_) => return Err(ConnError::Refused("TLS handshake timed out".into())),
+    };
+    let principal = tls.principal(stream.get_ref().1.peer_certificates());
+    let session = security.session(principal);
+    let (rd, wr) = tokio::io::split(stream);
+    Box::pin(connection(rd, wr, peer, session, security, broker, limits, token)).await
+}
+
 struct Frame {
     body: Bytes,
     _permits: Vec<tokio::sync::OwnedSemaphorePermit>,
 }
 
-async fn read_frames(
-    mut rd: tokio::net::tcp::OwnedReadHalf,
+async fn read_frames<R: AsyncRead + Unpin>(
+    mut rd: R,
     tx: mpsc::Sender<Frame>,
     limits: Arc<Limits>,
-    max: usize,
+    max: Arc<AtomicUsize>,
     token: CancellationToken,
 ) -> Result<(), ConnError> {
     loop {
@@ -120,7 +172,7 @@ async fn read_frames(
                 Err(e) => return Err(e.into()),
             },
         }
-        let size = frame::frame_size(prefix, max)?;
+        let size = frame::frame_size(prefix, max.load(Ordering::Relaxed))?;
         let mut permits = Vec::with_capacity(2);
         permits.push(
             limits.requests.clone().acquire_owned().await.map_err(|_| ConnError::Refused("shutting down".into()))?,
@@ -171,33 +223,82 @@ fn next_step<'a, F: Future<Output = Answer>>(
     })
 }
 
-async fn connection(
-    stream: TcpStream,
+/// What the connection knows of its client's identity.
+struct Auth {
+    session: Arc<Session>,
+    /// On SASL listeners.
+    sasl: Option<Authenticator>,
+    /// When the SASL session ends (KIP-368): past it, anything but re-authentication closes
+    /// the connection.
+    expires: Option<Instant>,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn connection<R, W>(
+    rd: R,
+    mut wr: W,
     peer: std::net::SocketAddr,
+    session: Session,
+    security: Arc<ListenerRuntime>,
     broker: Arc<Broker>,
     limits: Arc<Limits>,
     token: CancellationToken,
-) -> Result<(), ConnError> {
-    let (rd, mut wr) = stream.into_split();
+) -> Result<(), ConnError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin,
+{
     let max_inflight = broker.config.max_inflight_per_connection;
+    let sec = &broker.config.security;
+    let mut auth = Auth {
+        session: Arc::new(session),
+        sasl: security.sasl.as_ref().map(|_| Authenticator::new(sec.reauth_ms)),
+        expires: None,
+    };
+    // Until a SASL client has authenticated, frames are bounded by sasl.server.max.receive.size.
+    let max_frame = Arc::new(AtomicUsize::new(match &auth.sasl {
+        Some(_) => sec.sasl_max_receive.min(broker.config.socket_request_max_bytes),
+        None => broker.config.socket_request_max_bytes,
+    }));
     let (tx, mut rx) = mpsc::channel::<Frame>(max_inflight);
-    let reader = tokio::spawn(read_frames(rd, tx, limits, broker.config.socket_request_max_bytes, token));
+    let reader = tokio::spawn(read_frames(rd, tx, limits, max_frame.clone(), token));
     let mut pending = FuturesOrdered::new();
     // The request whose effects are not yet applied: the next one starts when it fires its
     // signal or finishes (see `handlers::Applied`), so requests of one connection take effect in
     // order while their waits (replication, long polls) overlap and their answers stay pipelined.
     // Nothing starts after it, so it is the newest in flight: it has finished when none is left.
     let mut applying: Option<Arc<handlers::Applied>> = None;
+    // A SASL frame waits here until every request before it has been answered.
+    let mut held: Option<Frame> = None;
     let mut reading = true;
     let result = loop {
+        if pending.is_empty()
+            && let Some(f) = held.take()
+        {
+            match authenticate(&broker, &security, &mut auth, f, peer, &mut wr).await {
+                Ok(true) => {
+                    max_frame.store(broker.config.socket_request_max_bytes, Ordering::Relaxed);
+                    continue;
+                }
+                Ok(false) => continue,
+                Err(e) => break Err(e),
+            }
+        }
         tokio::select! {
-            f = rx.recv(), if reading && applying.is_none() && pending.len() < max_inflight => match f {
+            f = rx.recv(), if reading && held.is_none() && applying.is_none() && pending.len() < max_inflight => match f {
                 Some(f) => {
-                    let broker = broker.clone();
+                    if auth.sasl.as_ref().is_some_and(|a| a.wants(&f.body)) {
+                        held = Some(f);
+                        continue;
+                    }
+                    if auth.expires.is_some_and(|t| Instant::now() >= t) {
+                        break Err(ConnError::Refused("the SASL session expired without re-authentication".into()));
+                    }
+                    let (broker, session) = (broker.clone(), auth.session.clone());
                     let applied = Arc::new(handlers::Applied::default());
                     applying = Some(applied.clone());
                     pending.push_back(async move {
-                        let r = handlers::dispatch(&broker, f.body, peer, &applied).await;
+                        let r = handlers::dispatch(&broker, f.body, peer, &session, &applied).await;
                         drop(f._permits);
                         r
                     });
@@ -231,5 +332,54 @@ async fn connection(
         (Err(e), _) => Err(e),
         (Ok(()), Ok(Err(e))) => Err(e),
         _ => Ok(()),
+    }
+}
+
+/// Runs one frame through the SASL authenticator (nothing else is in flight). `Ok(true)`: the
+/// connection has just authenticated.
+async fn authenticate<W: AsyncWrite + Unpin>(
+    broker: &Arc<Broker>,
+    security: &ListenerRuntime,
+    auth: &mut Auth,
+    frame: Frame,
+    peer: std::net::SocketAddr,
+    wr: &mut W,
+) -> Result<bool, ConnError> {
+    let (Some(authenticator), Some(sasl)) = (auth.sasl.as_mut(), security.sasl.as_ref()) else {
+        return Err(ConnError::Refused("SASL frame on a listener without SASL".into()));
+    };
+    match authenticator.step(broker, sasl, frame.body.clone()) {
+        sasl::Step::Reply(b) => {
+            wr.write_all(&b).await?;
+            Ok(false)
+        }
+        sasl::Step::Dispatch => {
+            let applied = handlers::Applied::default();
+            if let Some(b) = handlers::dispatch(broker, frame.body, peer, &auth.session, &applied).await? {
+                wr.write_all(&b).await?;
+            }
+            Ok(false)
+        }
+        sasl::Step::Authenticated { reply, principal } => {
+            let first = auth.expires.is_none() && auth.session.principal == Principal::anonymous();
+            tracing::debug!(%principal, reauthentication = !first, "SASL authentication succeeded");
+            auth.session = Arc::new(security.session(principal));
+            let lifetime = broker.config.security.reauth_ms;
+            auth.expires = (lifetime > 0).then(|| Instant::now() + Duration::from_millis(lifetime as u64));
+            wr.write_all(&reply).await?;
+            Ok(true)
+        }
+        sasl::Step::Close { reply, reason, failed_login } => {
+            if failed_login {
+                tracing::info!(%reason, "SASL authentication failed");
+                let delay = broker.config.security.failed_auth_delay_ms;
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            }
+            if let Some(b) = reply {
+                wr.write_all(&b).await?;
+                wr.flush().await?;
+            }
+            Err(ConnError::Refused(reason))
+        }
     }
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use oxbow_protocol::connection::Connection;
 use parking_lot::Mutex;
 
+use crate::config::security::InterBrokerClient;
 use crate::metadata_view::MetadataView;
 
 /// How long connecting to a peer may take.
@@ -34,12 +35,28 @@ pub enum PeerFailure {
 pub struct Peers {
     client_id: String,
     view: Arc<MetadataView>,
+    /// How to reach the others' inter-broker listener (TLS, SASL login).
+    security: Option<InterBrokerClient>,
     idle: Mutex<HashMap<i32, Vec<Connection>>>,
 }
 
+/// Connects to another broker's inter-broker listener as `security` says.
+pub async fn connect(
+    addr: &str,
+    client_id: &str,
+    timeout: Duration,
+    security: Option<&InterBrokerClient>,
+) -> Result<Connection, String> {
+    let secured = match security {
+        Some(s) => crate::security::tls::inter_broker_security(s)?,
+        None => Default::default(),
+    };
+    Connection::connect_secured(addr, client_id, timeout, &secured).await.map_err(|e| e.to_string())
+}
+
 impl Peers {
-    pub fn new(node_id: i32, view: Arc<MetadataView>) -> Self {
-        Peers { client_id: format!("oxbow-broker-{node_id}"), view, idle: Mutex::new(HashMap::new()) }
+    pub fn new(node_id: i32, view: Arc<MetadataView>, security: Option<InterBrokerClient>) -> Self {
+        Peers { client_id: format!("oxbow-broker-{node_id}"), view, security, idle: Mutex::new(HashMap::new()) }
     }
 
     /// Sends `req` at `version` to broker `node` and returns its answer; the exchange (with
@@ -62,9 +79,9 @@ impl Peers {
         let failed = |reason: String| PeerFailure::Failed { node, reason };
         let mut conn = match idle {
             Some(c) => c,
-            None => Connection::connect(&addr, &self.client_id, CONNECT_TIMEOUT.min(timeout))
+            None => connect(&addr, &self.client_id, CONNECT_TIMEOUT.min(timeout), self.security.as_ref())
                 .await
-                .map_err(|e| failed(e.to_string()))?,
+                .map_err(failed)?,
         };
         let resp = conn.send(version, req, timeout).await.map_err(|e| failed(e.to_string()))?;
         let mut pools = self.idle.lock();

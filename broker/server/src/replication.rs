@@ -147,6 +147,7 @@ async fn fetch_from(
     let me = broker.node_id();
     let client = format!("oxbow-replica-fetcher-{me}-from-{leader}");
     let mut conn: Option<Connection> = None;
+    let security = broker.config.security.inter_broker_client.as_ref();
     // The leader epoch under which each partition's log was checked against the leader's.
     let mut checked: HashMap<Key, i32> = HashMap::new();
     tracing::info!(leader, "replica fetcher started");
@@ -168,7 +169,7 @@ async fn fetch_from(
         };
         let mut c = match conn.take() {
             Some(c) if c.addr() == addr => c,
-            _ => match Connection::connect(&addr, &client, CONNECT_TIMEOUT).await {
+            _ => match crate::peers::connect(&addr, &client, CONNECT_TIMEOUT, security).await {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::debug!(leader, %addr, error = %e, "cannot reach the leader");

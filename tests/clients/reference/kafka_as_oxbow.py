@@ -13,6 +13,8 @@ Accepts `--override key=value` like oxbow-broker, formats the storage on first
 start, then execs the JVM (so SIGTERM/SIGKILL reach Kafka itself). Given
 `controller.quorum.voters` (tests/clients/oxbow_cluster.py does), it runs one node of
 a multi-node Kafka cluster with the harness's node id, roles, voters and listeners.
+A single node keeps every listener of the `listeners` override (SSL, SASL_SSL, ... next to
+PLAINTEXT; tests/clients/test_security.py) and advertises them all.
 Known differences: Kafka's clean-shutdown marker is `.kafka_cleanshutdown`;
 Kafka 4.x may enforce larger minimums for segment.bytes.
 """
@@ -89,11 +91,17 @@ if "controller.quorum.voters" in overrides:
     props.update(overrides)
     raw_id = props.pop("cluster.id", "oxbow-test-cluster")
     cluster_id = base64.urlsafe_b64encode(hashlib.md5(raw_id.encode()).digest()).decode().rstrip("=")
-    plaintext = [l for l in props["listeners"].split(",") if l.startswith("PLAINTEXT://")]
-    if plaintext:
-        props["advertised.listeners"] = plaintext[0]
+    # Every client listener is advertised (a secured inter-broker listener among them).
+    client = [l for l in props["listeners"].split(",") if l and not l.startswith("CONTROLLER://")]
+    if client:
+        props["advertised.listeners"] = ",".join(client)
 else:
-    port = overrides["listeners"].rsplit(":", 1)[1]
+    # The harness's PLAINTEXT listener, plus any others the `listeners` override names
+    # (SSL, SASL_SSL, ...): all are kept and advertised, CONTROLLER is appended, and a given
+    # listener.security.protocol.map gets CONTROLLER:PLAINTEXT added.
+    given = [l.strip() for l in overrides["listeners"].split(",") if l.strip()]
+    given = [l for l in given if not l.startswith("CONTROLLER://")]
+    port = next(l for l in given if l.startswith("PLAINTEXT://")).rsplit(":", 1)[1]
     cport_file = state / "controller.port"
     if not cport_file.exists():
         with socket.socket() as s:
@@ -115,8 +123,12 @@ else:
         "metadata.log.dir": str(state / "metadata"),
     }
     props.update(overrides)
-    props["listeners"] = f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}"
-    props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
+    props["listeners"] = ",".join(given + [f"CONTROLLER://127.0.0.1:{cport}"])
+    props["advertised.listeners"] = ",".join(given)
+    protocols = [m for m in props["listener.security.protocol.map"].split(",") if m.strip()]
+    if not any(m.strip().startswith("CONTROLLER:") for m in protocols):
+        protocols.append("CONTROLLER:PLAINTEXT")
+    props["listener.security.protocol.map"] = ",".join(protocols)
     cluster_id = "q1Sh-9_ISia_zwGINzRvyQ"
 conf = state / "server.properties"
 conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))

@@ -55,6 +55,14 @@ else
   cport="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   echo "$cport" > "$datadir/.controller-port"
 fi
+# Extra listeners in the listeners override (SSL, SASL_SSL, ...) are kept; CONTROLLER is appended
+# to them and, unless the given listener.security.protocol.map names it, to that map.
+protocols="${conf[listener.security.protocol.map]:-PLAINTEXT:PLAINTEXT}"
+case ",$protocols" in
+  *,CONTROLLER:*) ;;
+  *) protocols="$protocols,CONTROLLER:PLAINTEXT" ;;
+esac
+unset 'conf[listener.security.protocol.map]'
 props="$datadir/server.properties"
 {
   echo "process.roles=broker,controller"
@@ -62,7 +70,7 @@ props="$datadir/server.properties"
   echo "controller.quorum.voters=1@127.0.0.1:$cport"
   echo "controller.listener.names=CONTROLLER"
   echo "inter.broker.listener.name=PLAINTEXT"
-  echo "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+  echo "listener.security.protocol.map=$protocols"
   echo "offsets.topic.replication.factor=1"
   echo "transaction.state.log.replication.factor=1"
   echo "transaction.state.log.min.isr=1"

@@ -2,106 +2,7 @@
 //! Parsing and validation ([`super::BrokerConfig::from_map`]), `--help` and
 //! `docs/configuration.md` all come from it.
 
-use super::parse::{parse_host_ports, parse_listeners, parse_voters};
-
-/// What a key accepts.
-#[derive(Debug, Clone, Copy)]
-pub enum Kind {
-    /// An integer in `min..=max`.
-    Int {
-        min: i64,
-        max: i64,
-    },
-    Bool,
-    /// One of a fixed set of words.
-    Choice(&'static [&'static str]),
-    /// A comma-separated list of `NAME://host:port` listeners.
-    Listeners,
-    /// A comma-separated list of paths.
-    Paths,
-    /// A decimal number in `[0, 1]`.
-    Ratio,
-    /// `ip:port` (an IP literal), or empty for "off".
-    SocketAddr,
-    /// `id@host:port,...` (controller.quorum.voters).
-    Voters,
-    /// `host:port,...` (controller.quorum.bootstrap.servers).
-    HostPorts,
-    /// A comma-separated list of names.
-    Names,
-    /// A non-empty word of ASCII letters, digits, '-' and '_' (cluster.id).
-    Word,
-    /// A label value (ASCII letters, digits, '-', '_', '.'), or empty for none (broker.rack:
-    /// a zone or region name).
-    Label,
-    /// `*`, or a comma-separated list of `partition:broker` (possibly empty): the replicas a
-    /// replication throttle applies to (`leader.replication.throttled.replicas`, ...).
-    ThrottledReplicas,
-}
-
-impl Kind {
-    pub fn accepted(&self) -> String {
-        match self {
-            Kind::Int { min, max } if *max == i64::MAX => format!("an integer >= {min}"),
-            Kind::Int { min, max } if *max == i64::from(i32::MAX) => format!("an integer in [{min}, {max}] (2^31-1)"),
-            Kind::Int { min, max } => format!("an integer in [{min}, {max}]"),
-            Kind::Bool => "true or false".into(),
-            Kind::Choice(c) => format!("one of: {}", c.join(", ")),
-            Kind::Listeners => {
-                "a comma-separated list of NAME://host:port (host may be empty or an IP literal; port 0..65535)".into()
-            }
-            Kind::Paths => "a comma-separated list of directories".into(),
-            Kind::Ratio => "a decimal number in [0, 1]".into(),
-            Kind::SocketAddr => "ip:port with an IP literal (e.g. 0.0.0.0:8080), or empty to disable".into(),
-            Kind::Voters => "a comma-separated list of id@host:port (e.g. 1@127.0.1.1:9093,2@127.0.1.2:9093)".into(),
-            Kind::HostPorts => "a comma-separated list of host:port (e.g. 127.0.1.1:9093,127.0.1.2:9093)".into(),
-            Kind::Names => "a comma-separated list of listener names".into(),
-            Kind::Word => "a non-empty string of ASCII letters, digits, '-' and '_'".into(),
-            Kind::Label => "ASCII letters, digits, '-', '_' and '.', or empty for none".into(),
-            Kind::ThrottledReplicas => "the literal '*' or a list of replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...".into(),
-        }
-    }
-
-    /// Kafka's DescribeConfigs config type: BOOLEAN=1, STRING=2, INT=3, LONG=5, LIST=7.
-    pub fn config_type(&self) -> i8 {
-        match self {
-            Kind::Bool => 1,
-            Kind::Int { max, .. } if *max <= i64::from(i32::MAX) => 3,
-            Kind::Int { .. } => 5,
-            Kind::Choice(_) | Kind::SocketAddr | Kind::Word | Kind::Label => 2,
-            Kind::Listeners | Kind::Paths | Kind::Voters | Kind::HostPorts | Kind::Names | Kind::ThrottledReplicas => 7,
-            Kind::Ratio => 6,
-        }
-    }
-
-    pub fn check(&self, value: &str) -> bool {
-        match self {
-            Kind::Int { min, max } => value.trim().parse::<i64>().is_ok_and(|v| v >= *min && v <= *max),
-            Kind::Bool => matches!(value.trim(), "true" | "false"),
-            Kind::Choice(c) => c.contains(&value.trim()),
-            Kind::Listeners => parse_listeners(value).is_ok(),
-            Kind::Paths => value.split(',').all(|p| !p.trim().is_empty()),
-            Kind::Ratio => value.trim().parse::<f64>().is_ok_and(|v| (0.0..=1.0).contains(&v)),
-            Kind::SocketAddr => value.trim().is_empty() || value.trim().parse::<std::net::SocketAddr>().is_ok(),
-            Kind::Voters => parse_voters(value).is_ok(),
-            Kind::HostPorts => parse_host_ports(value).is_ok(),
-            Kind::Names => value.split(',').all(|p| !p.trim().is_empty()),
-            Kind::Word => {
-                !value.trim().is_empty()
-                    && value.trim().bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
-            }
-            Kind::Label => value.trim().bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.')),
-            Kind::ThrottledReplicas => {
-                let digits = |x: &str| !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit());
-                value.trim() == "*"
-                    || value
-                        .split(',')
-                        .map(str::trim)
-                        .all(|e| e.is_empty() || e.split_once(':').is_some_and(|(p, b)| digits(p) && digits(b)))
-            }
-        }
-    }
-}
+pub use super::kind::Kind;
 
 /// One supported key.
 #[derive(Debug, Clone, Copy)]
@@ -653,6 +554,138 @@ pub const KEYS: &[KeyDef] = &[
         default: Some("true"),
         kind: Kind::Bool,
         doc: "A partition leader asks the transaction coordinator whether a partition is in the producer's transaction before appending the first batch of that transaction (KIP-890), so a late batch cannot open a transaction nobody ends. Transaction version 2 producers (Produce v12+) always go through the coordinator, which adds the partition.",
+    },
+    KeyDef {
+        name: "listener.security.protocol.map",
+        default: Some("PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
+        kind: Kind::Text,
+        doc: "`NAME:PROTOCOL,...`: the security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL) of each listener name in `listeners`. A controller listener missing from it is PLAINTEXT, as Kafka.",
+    },
+    KeyDef {
+        name: "inter.broker.listener.name",
+        default: None,
+        kind: Kind::Text,
+        doc: "The listener other brokers use to reach this one (replication, coordinator traffic). Defaults to the listener whose name is `security.inter.broker.protocol`.",
+    },
+    KeyDef {
+        name: "security.inter.broker.protocol",
+        default: Some("PLAINTEXT"),
+        kind: Kind::Choice(&["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]),
+        doc: "Without `inter.broker.listener.name`: the inter-broker listener is the one of this name.",
+    },
+    KeyDef {
+        name: "ssl.keystore.type",
+        default: Some("JKS"),
+        kind: Kind::Choice(&["JKS", "PKCS12", "PEM"]),
+        doc: "The broker's certificate and key. Only `PEM` is supported (a TLS listener with another type stops startup): the key (PKCS#8, PKCS#1 or SEC1, unencrypted) and the certificate chain in `ssl.keystore.location`, or inline in `ssl.keystore.key` and `ssl.keystore.certificate.chain`. Every `ssl.*` and `sasl.*` key may be set per listener as `listener.name.<name>.<key>` (name in lower case).",
+    },
+    KeyDef {
+        name: "ssl.keystore.location",
+        default: None,
+        kind: Kind::Text,
+        doc: "A PEM file holding the private key and the certificate chain. Re-read when it changes on disk (checked at most once a second, on new connections): new connections get the new certificate.",
+    },
+    KeyDef {
+        name: "ssl.keystore.key",
+        default: None,
+        kind: Kind::Password,
+        doc: "The private key in PEM, inline (with `ssl.keystore.certificate.chain`).",
+    },
+    KeyDef {
+        name: "ssl.keystore.certificate.chain",
+        default: None,
+        kind: Kind::Text,
+        doc: "The certificate chain in PEM, inline (with `ssl.keystore.key`).",
+    },
+    KeyDef {
+        name: "ssl.keystore.password",
+        default: None,
+        kind: Kind::Password,
+        doc: "Accepted for compatibility; a PEM keystore has no store password.",
+    },
+    KeyDef {
+        name: "ssl.key.password",
+        default: None,
+        kind: Kind::Password,
+        doc: "The password of an encrypted private key. Encrypted keys are not supported yet: store the key unencrypted (PKCS#8) with file permissions guarding it.",
+    },
+    KeyDef {
+        name: "ssl.truststore.type",
+        default: Some("JKS"),
+        kind: Kind::Choice(&["JKS", "PKCS12", "PEM"]),
+        doc: "The CA certificates client certificates are checked against. Only `PEM` is supported.",
+    },
+    KeyDef {
+        name: "ssl.truststore.location",
+        default: None,
+        kind: Kind::Text,
+        doc: "A PEM file of CA certificates (re-read when it changes, as the keystore).",
+    },
+    KeyDef {
+        name: "ssl.truststore.certificates",
+        default: None,
+        kind: Kind::Text,
+        doc: "CA certificates in PEM, inline.",
+    },
+    KeyDef {
+        name: "ssl.truststore.password",
+        default: None,
+        kind: Kind::Password,
+        doc: "Accepted for compatibility; a PEM truststore has no password.",
+    },
+    KeyDef {
+        name: "ssl.client.auth",
+        default: Some("none"),
+        kind: Kind::Choice(&["required", "requested", "none"]),
+        doc: "Client certificates on SSL and SASL_SSL listeners: `required` (a client without a certificate signed by the truststore is refused), `requested` (checked when presented) or `none`. On an SSL listener the principal is the certificate's subject (RFC 2253), mapped by `ssl.principal.mapping.rules`.",
+    },
+    KeyDef {
+        name: "ssl.principal.mapping.rules",
+        default: Some("DEFAULT"),
+        kind: Kind::Text,
+        doc: "Kafka's rules from a certificate subject to a user name: `RULE:pattern/replacement/[LU]` entries (Java regex syntax as far as Rust's regex shares it; the pattern must match the whole subject), tried in order, and `DEFAULT` (the subject itself).",
+    },
+    KeyDef {
+        name: "ssl.enabled.protocols",
+        default: Some("TLSv1.2,TLSv1.3"),
+        kind: Kind::Text,
+        doc: "TLS versions served: TLSv1.2 and/or TLSv1.3.",
+    },
+    KeyDef {
+        name: "sasl.enabled.mechanisms",
+        default: Some("GSSAPI"),
+        kind: Kind::Text,
+        doc: "SASL mechanisms served on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI and OAUTHBEARER are not served; a SASL listener left with none stops startup). PLAIN users come from `listener.name.<name>.plain.sasl.jaas.config` (`user_<name>=\"<password>\"` options of Kafka's PlainLoginModule); SCRAM credentials live in the metadata log (AlterUserScramCredentials, or `oxbow-broker format --add-scram`).",
+    },
+    KeyDef {
+        name: "sasl.mechanism.inter.broker.protocol",
+        default: Some("GSSAPI"),
+        kind: Kind::Text,
+        doc: "The mechanism brokers log in with on a SASL inter-broker listener (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512); the user and password are the `username` and `password` options of that listener's JAAS line for the mechanism, as Kafka.",
+    },
+    KeyDef {
+        name: "ssl.endpoint.identification.algorithm",
+        default: Some("https"),
+        kind: Kind::Text,
+        doc: "`https`: a broker connecting to another over TLS checks that the certificate names the host it dialled (as advertised); empty: only the certificate chain is checked.",
+    },
+    KeyDef {
+        name: "connections.max.reauth.ms",
+        default: Some("0"),
+        kind: Kind::Int { min: 0, max: LONG },
+        doc: "KIP-368: when positive, a SASL session lasts this long; the client re-authenticates on the same connection before it ends, and a connection that sends anything else after the end is closed. 0: sessions do not expire.",
+    },
+    KeyDef {
+        name: "connection.failed.authentication.delay.ms",
+        default: Some("100"),
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "A failed login is answered (SASL_AUTHENTICATION_FAILED) and its connection closed this long after the attempt, against password guessing.",
+    },
+    KeyDef {
+        name: "sasl.server.max.receive.size",
+        default: Some("524288"),
+        kind: Kind::Int { min: 1, max: I32 },
+        doc: "Largest frame accepted from a client before it has authenticated (SASL tokens, ApiVersions); a larger one closes the connection before any allocation.",
     },
     KeyDef {
         name: "socket.request.max.bytes",

@@ -346,7 +346,7 @@ pub async fn describe_cluster(ctx: &Ctx<'_>, req: DescribeClusterRequest) -> Des
         .values()
         .filter(|r| (ctx.version >= 2 && req.include_fenced_brokers) || r.is_active())
         .filter_map(|r| {
-            let l = r.listeners.first()?;
+            let l = r.endpoint(&ctx.session.listener)?;
             let mut br = DescribeClusterBroker::default();
             br.broker_id = BrokerId(r.node_id);
             br.host = s(l.host.clone());

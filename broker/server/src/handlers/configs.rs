@@ -32,7 +32,10 @@ struct Entry<'a> {
 fn entry(x: Entry<'_>, ctx: &Ctx<'_>, with_syn: bool, with_doc: bool) -> DescribeConfigsResourceResult {
     let mut e = DescribeConfigsResourceResult::default();
     e.name = s(x.name);
-    e.value = x.value.map(s);
+    // Passwords and keys are never shown, as Kafka's PASSWORD configs.
+    let sensitive = x.config_type == crate::config::Kind::Password.config_type();
+    e.is_sensitive = sensitive;
+    e.value = x.value.filter(|_| !sensitive).map(s);
     e.read_only = x.read_only;
     e.config_source = x.source;
     e.config_type = x.config_type;
@@ -46,7 +49,7 @@ fn entry(x: Entry<'_>, ctx: &Ctx<'_>, with_syn: bool, with_doc: bool) -> Describ
             .map(|(n, v, src)| {
                 let mut sy = DescribeConfigsSynonym::default();
                 sy.name = s(n);
-                sy.value = Some(s(v));
+                sy.value = Some(s(v)).filter(|_| !sensitive);
                 sy.source = src;
                 sy
             })

@@ -58,7 +58,8 @@ async fn find_one(ctx: &Ctx<'_>, key: &str, key_type: i8) -> FoundCoordinator {
         }
         _ => return fail(c, BrokerError::InvalidRequest(format!("unknown coordinator key type {key_type}"))),
     };
-    let endpoint = b.image().brokers.get(&leader).filter(|r| !r.fenced).and_then(|r| r.listeners.first().cloned());
+    let endpoint =
+        b.image().brokers.get(&leader).filter(|r| !r.fenced).and_then(|r| r.endpoint(&ctx.session.listener).cloned());
     match endpoint {
         Some(l) => {
             c.node_id = BrokerId(leader);

@@ -55,7 +55,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
         .values()
         .filter(|r| !r.fenced)
         .filter_map(|r| {
-            let l = r.listeners.first()?;
+            let l = r.endpoint(&ctx.session.listener)?;
             let mut broker = MetadataResponseBroker::default();
             broker.node_id = BrokerId(r.node_id);
             broker.host = s(l.host.clone());

@@ -13,10 +13,13 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
+import java.util.function.IntFunction;
 import java.util.stream.Stream;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
@@ -84,6 +87,14 @@ public final class OxbowBroker implements AutoCloseable {
 
     /** Starts a broker and waits until its listener accepts TCP connections. */
     public static OxbowBroker start(String name, List<String> extraOverrides) throws Exception {
+        return start(name, port -> extraOverrides);
+    }
+
+    /**
+     * As {@link #start(String, List)}, with overrides that depend on the broker's PLAINTEXT port
+     * (a {@code listeners=} override naming more listeners must repeat it).
+     */
+    public static OxbowBroker start(String name, IntFunction<List<String>> extraOverrides) throws Exception {
         Path bin = brokerBinary();
         int port = freePort();
         Path dataDir = Files.createTempDirectory("oxbow-java-" + name + "-");
@@ -93,7 +104,7 @@ public final class OxbowBroker implements AutoCloseable {
 
         List<String> cmd = new ArrayList<>();
         cmd.add(bin.toString());
-        for (String kv : overrides(port, dataDir, extraOverrides)) {
+        for (String kv : overrides(port, dataDir, extraOverrides.apply(port))) {
             cmd.add("--override");
             cmd.add(kv);
         }
@@ -150,10 +161,18 @@ public final class OxbowBroker implements AutoCloseable {
         return out;
     }
 
-    private static int freePort() throws IOException {
-        try (ServerSocket s = new ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
-            s.setReuseAddress(true);
-            return s.getLocalPort();
+    /** Ports already handed out: each pick closes its socket, so the kernel may offer it again. */
+    private static final Set<Integer> GIVEN_PORTS = new HashSet<>();
+
+    /** A free loopback port, never one this JVM handed out before. */
+    static synchronized int freePort() throws IOException {
+        while (true) {
+            try (ServerSocket s = new ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
+                s.setReuseAddress(true);
+                if (GIVEN_PORTS.add(s.getLocalPort())) {
+                    return s.getLocalPort();
+                }
+            }
         }
     }
 

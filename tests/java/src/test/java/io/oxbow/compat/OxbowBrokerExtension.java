@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.fail;
 
 import java.util.Arrays;
 import java.util.List;
+import java.util.function.IntFunction;
 import org.junit.jupiter.api.extension.AfterAllCallback;
 import org.junit.jupiter.api.extension.AfterEachCallback;
 import org.junit.jupiter.api.extension.BeforeAllCallback;
@@ -15,7 +16,9 @@ import org.junit.jupiter.api.extension.TestExecutionExceptionHandler;
 
 /**
  * Starts one {@link OxbowBroker} per test class (extra {@code --override}s come from
- * {@link BrokerOverrides}), injects it as a parameter, fails any test after which the broker is
+ * {@link BrokerOverrides}, or from a function of the broker's port when the extension is
+ * registered with {@code @RegisterExtension static OxbowBrokerExtension b = new
+ * OxbowBrokerExtension(port -> ...)}), injects it as a parameter, fails any test after which the broker is
  * no longer running, and attaches the broker's log tail to every failure.
  */
 public final class OxbowBrokerExtension
@@ -25,12 +28,25 @@ public final class OxbowBrokerExtension
     private static final ExtensionContext.Namespace NS =
             ExtensionContext.Namespace.create(OxbowBrokerExtension.class);
 
+    /** Overrides computed from the broker's PLAINTEXT port, or null: {@link BrokerOverrides}. */
+    private final IntFunction<List<String>> portOverrides;
+
+    public OxbowBrokerExtension() {
+        this(null);
+    }
+
+    public OxbowBrokerExtension(IntFunction<List<String>> portOverrides) {
+        this.portOverrides = portOverrides;
+    }
+
     @Override
     public void beforeAll(ExtensionContext ctx) throws Exception {
         Class<?> cls = ctx.getRequiredTestClass();
         BrokerOverrides ann = cls.getAnnotation(BrokerOverrides.class);
         List<String> extra = ann == null ? List.of() : Arrays.asList(ann.value());
-        OxbowBroker broker = OxbowBroker.start(cls.getSimpleName(), extra);
+        OxbowBroker broker = portOverrides != null
+                ? OxbowBroker.start(cls.getSimpleName(), portOverrides)
+                : OxbowBroker.start(cls.getSimpleName(), extra);
         ctx.getStore(NS).put(OxbowBroker.class, broker);
     }
 
