@@ -71,6 +71,15 @@ pub enum Command {
     },
     /// AlterUserScramCredentials, checked by the broker: credentials to set, then (user,
     /// mechanism) pairs to remove (those already gone are skipped).
+    /// CreateAcls: bindings with the ids the broker chose; one equal to an existing binding is
+    /// skipped (as Kafka, creating it again succeeds and changes nothing).
+    CreateAcls {
+        acls: Vec<(Uuid, crate::acl::Acl)>,
+    },
+    /// DeleteAcls: the bindings with these ids (those already gone are skipped).
+    DeleteAcls {
+        ids: Vec<Uuid>,
+    },
     AlterScramCredentials {
         upserts: Vec<crate::records::ScramCredential>,
         deletions: Vec<(String, i8)>,
@@ -360,6 +369,22 @@ impl Controller {
                     Some(n) => img.node_configs.get(n).unwrap_or(&empty),
                 };
                 Ok(Decision::new(config_diff(ConfigResource::Broker(*node), current, configs), Reply::Done))
+            }
+            Command::CreateAcls { acls } => {
+                let mut records = Vec::new();
+                let mut seen: Vec<&crate::acl::Acl> = img.acls.values().collect();
+                for (id, acl) in acls {
+                    if !seen.contains(&acl) {
+                        seen.push(acl);
+                        records.push(Record::Acl { id: *id, acl: acl.clone() });
+                    }
+                }
+                Ok(Decision::new(records, Reply::Done))
+            }
+            Command::DeleteAcls { ids } => {
+                let records =
+                    ids.iter().filter(|id| img.acls.contains_key(id)).map(|id| Record::RemoveAcl { id: *id }).collect();
+                Ok(Decision::new(records, Reply::Done))
             }
             Command::AlterScramCredentials { upserts, deletions, only_new } => {
                 let mut records: Vec<Record> = deletions

@@ -64,6 +64,12 @@ pub struct MetadataImage {
     /// SCRAM credentials by user, then mechanism id.
     #[serde(default)]
     pub scram: BTreeMap<String, BTreeMap<i8, ScramCredential>>,
+    /// ACL bindings by id.
+    #[serde(default)]
+    pub acls: crate::acl::Acls,
+    /// Bumped by every ACL change, so an authorizer rebuilds its index only then.
+    #[serde(default)]
+    pub acl_version: u64,
 }
 
 impl MetadataImage {
@@ -161,6 +167,15 @@ impl MetadataImage {
             }
             Record::ScramCredential(c) => {
                 self.scram.entry(c.user.clone()).or_default().insert(c.mechanism, c.clone());
+            }
+            Record::Acl { id, acl } => {
+                self.acls.insert(*id, acl.clone());
+                self.acl_version += 1;
+            }
+            Record::RemoveAcl { id } => {
+                if self.acls.remove(id).is_some() {
+                    self.acl_version += 1;
+                }
             }
             Record::RemoveScramCredential { user, mechanism } => {
                 if let Some(m) = self.scram.get_mut(user) {

@@ -13,6 +13,7 @@
 //! This crate knows nothing of the Kafka protocol: the broker maps [`controller::Refusal`]s
 //! onto Kafka error codes.
 
+pub mod acl;
 pub mod controller;
 pub mod image;
 pub mod network;

@@ -140,6 +140,14 @@ pub enum Record {
         user: String,
         mechanism: i8,
     },
+    /// An ACL binding (Kafka's `AccessControlEntryRecord`).
+    Acl {
+        id: Uuid,
+        acl: crate::acl::Acl,
+    },
+    RemoveAcl {
+        id: Uuid,
+    },
 }
 
 /// A SCRAM credential: salt, stored key and server key of a salted password (never the

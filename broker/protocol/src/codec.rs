@@ -110,6 +110,9 @@ pub enum AnyRequest {
     SaslAuthenticate(messages::SaslAuthenticateRequest),
     DescribeUserScramCredentials(messages::DescribeUserScramCredentialsRequest),
     AlterUserScramCredentials(messages::AlterUserScramCredentialsRequest),
+    CreateAcls(messages::CreateAclsRequest),
+    DescribeAcls(messages::DescribeAclsRequest),
+    DeleteAcls(messages::DeleteAclsRequest),
 }
 
 /// Decodes a whole request frame (without the size prefix) the way the broker does: unknown
@@ -175,6 +178,9 @@ pub fn decode_any(frame: Bytes) -> Result<(RequestHeader, AnyRequest), ProtocolE
             AnyRequest::DescribeUserScramCredentials(decode_body(api, v, &mut body)?)
         }
         ApiKey::AlterUserScramCredentials => AnyRequest::AlterUserScramCredentials(decode_body(api, v, &mut body)?),
+        ApiKey::CreateAcls => AnyRequest::CreateAcls(decode_body(api, v, &mut body)?),
+        ApiKey::DescribeAcls => AnyRequest::DescribeAcls(decode_body(api, v, &mut body)?),
+        ApiKey::DeleteAcls => AnyRequest::DeleteAcls(decode_body(api, v, &mut body)?),
         other => return Err(ProtocolError::Decode { api: other, version: v, reason: "not served".into() }),
     };
     Ok((raw.header, req))

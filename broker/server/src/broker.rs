@@ -60,6 +60,8 @@ pub struct Broker {
     pub peers: Arc<crate::peers::Peers>,
     /// Request-path counters for the metrics.
     pub stats: crate::stats::Stats,
+    /// ACLs, super users (`authorizer.class.name`); every handler asks it through `handlers::access`.
+    pub authorizer: crate::security::authorizer::Authorizer,
     /// The replication throttles (`*.replication.throttled.rate`).
     pub quotas: crate::quota::Quotas,
     /// ISR changes on their way to the active controller (sent by [`crate::isr::run`]).
@@ -136,6 +138,7 @@ impl Broker {
             apply_lock: Mutex::new(()),
             creating_internal: tokio::sync::Mutex::new(()),
             stats: crate::stats::Stats::default(),
+            authorizer: crate::security::authorizer::Authorizer::new(&config),
             config,
         }))
     }

@@ -142,6 +142,14 @@ pub enum BrokerError {
     InconsistentClusterId(String),
 
     // Security.
+    #[error("Topic authorization failed.")]
+    TopicAuthorizationFailed,
+    #[error("Group authorization failed.")]
+    GroupAuthorizationFailed,
+    #[error("Cluster authorization failed.")]
+    ClusterAuthorizationFailed,
+    #[error("{0}")]
+    SecurityDisabled(String),
     #[error("{0}")]
     SaslAuthenticationFailed(String),
     #[error("{0}")]
@@ -242,6 +250,10 @@ impl BrokerError {
             B::DuplicateVoter(_) => K::DuplicateVoter,
             B::VoterNotFound(_) => K::VoterNotFound,
             B::InconsistentClusterId(_) => K::InconsistentClusterId,
+            B::TopicAuthorizationFailed => K::TopicAuthorizationFailed,
+            B::GroupAuthorizationFailed => K::GroupAuthorizationFailed,
+            B::ClusterAuthorizationFailed => K::ClusterAuthorizationFailed,
+            B::SecurityDisabled(_) => K::SecurityDisabled,
             B::SaslAuthenticationFailed(_) => K::SaslAuthenticationFailed,
             B::UnsupportedSaslMechanism(_) => K::UnsupportedSaslMechanism,
             B::IllegalSaslState(_) => K::IllegalSaslState,

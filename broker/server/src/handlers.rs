@@ -20,6 +20,8 @@ use crate::broker::Broker;
 use crate::errors::ConnError;
 use crate::security::Session;
 
+mod access;
+mod acls;
 mod admin;
 mod api_versions;
 mod configs;
@@ -178,6 +180,9 @@ pub async fn dispatch(
             AnyRequest::SaslAuthenticate(r) => answer!(scram_users::sasl_authenticate(&ctx, r)),
             AnyRequest::DescribeUserScramCredentials(r) => answer!(scram_users::describe(&ctx, r)),
             AnyRequest::AlterUserScramCredentials(r) => answer!(scram_users::alter(&ctx, r)),
+            AnyRequest::CreateAcls(r) => answer!(acls::create(&ctx, r)),
+            AnyRequest::DescribeAcls(r) => answer!(acls::describe(&ctx, r)),
+            AnyRequest::DeleteAcls(r) => answer!(acls::delete(&ctx, r)),
         }
     }
     .instrument(span)

@@ -688,6 +688,24 @@ pub const KEYS: &[KeyDef] = &[
         doc: "Largest frame accepted from a client before it has authenticated (SASL tokens, ApiVersions); a larger one closes the connection before any allocation.",
     },
     KeyDef {
+        name: "authorizer.class.name",
+        default: Some(""),
+        kind: Kind::Choice(&["", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"]),
+        doc: "`org.apache.kafka.metadata.authorizer.StandardAuthorizer` turns ACLs on (Kafka's KRaft authorizer, with its rules); empty: every principal may do everything, and the ACL APIs answer SECURITY_DISABLED. The ACLs live in the metadata log (CreateAcls, DeleteAcls).",
+    },
+    KeyDef {
+        name: "super.users",
+        default: Some(""),
+        kind: Kind::Text,
+        doc: "Principals allowed everything whatever the ACLs say, `;`-separated (`User:admin;User:broker`). Brokers replicate and send transaction markers as the principal of their inter-broker listener (`User:ANONYMOUS` on PLAINTEXT): list it, or grant it CLUSTER_ACTION on the cluster.",
+    },
+    KeyDef {
+        name: "allow.everyone.if.no.acl.found",
+        default: Some("false"),
+        kind: Kind::Bool,
+        doc: "With an authorizer: a resource no ACL names at all is open to everyone (true) or to super users only (false, Kafka's default).",
+    },
+    KeyDef {
         name: "socket.request.max.bytes",
         default: Some("104857600"),
         kind: Kind::Int { min: 1, max: I32 },

@@ -13,9 +13,12 @@ use oxbow_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaE
 use oxbow_protocol::messages::*;
 
 use super::Ctx;
-use super::util::{ALL_CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED, entry, s, topic_name};
+use super::access::CLUSTER_OPERATIONS;
+use super::util::{OPERATIONS_NOT_REQUESTED, entry, s, topic_name};
 use crate::errors::BrokerError;
+use crate::security::authorizer::CLUSTER_NAME;
 use crate::topic_config;
+use oxbow_meta::acl::{Operation, ResourceType};
 
 pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTopicsResponse {
     let b = ctx.broker;
@@ -49,6 +52,10 @@ pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTop
             .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string()).unwrap_or_default()))
             .collect();
         let check = || -> Result<(), BrokerError> {
+            // CREATE on the cluster or on the topic (literal or prefixed), as Kafka.
+            if !ctx.cluster_allowed(Operation::Create) {
+                ctx.check_topic(Operation::Create, &name)?;
+            }
             if dupes.contains(&name) {
                 return Err(BrokerError::InvalidRequest(format!("topic {name} appears more than once in the request")));
             }
@@ -82,6 +89,13 @@ pub async fn create_topics(ctx: &Ctx<'_>, req: CreateTopicsRequest) -> CreateTop
             Err(e) => Err(e),
         };
         match result {
+            Ok(created) if !ctx.topic_allowed(Operation::DescribeConfigs, &name) => {
+                // Created, but its details are the principal's only with DESCRIBE_CONFIGS.
+                if let Some(t) = created {
+                    r.topic_id = t.meta.id;
+                }
+                r.topic_config_error_code = BrokerError::TopicAuthorizationFailed.code();
+            }
             Ok(created) => {
                 r.num_partitions = partitions;
                 r.replication_factor = rf;
@@ -129,7 +143,10 @@ pub async fn delete_topics(ctx: &Ctx<'_>, req: DeleteTopicsRequest) -> DeleteTop
         r.name = resolved.as_ref().or(name.as_ref()).map(|n| topic_name(n));
         let result = match resolved {
             None => Err(BrokerError::UnknownTopicId),
-            Some(n) => b.delete_topic(&n).await,
+            Some(n) => match ctx.check_topic(Operation::Delete, &n) {
+                Ok(()) => b.delete_topic(&n).await,
+                Err(e) => Err(e),
+            },
         };
         match result {
             Ok(id) => r.topic_id = id,
@@ -170,7 +187,9 @@ pub async fn create_partitions(ctx: &Ctx<'_>, req: CreatePartitionsRequest) -> C
                 })
             }
         });
-        let result = if let Some(why) = bad_assignment {
+        let result = if let Err(e) = ctx.check_topic(Operation::Alter, &name) {
+            Err(e)
+        } else if let Some(why) = bad_assignment {
             Err(BrokerError::InvalidReplicaAssignment(why))
         } else {
             b.create_partitions(&name, t.count, req.validate_only).await
@@ -206,7 +225,12 @@ pub async fn elect_leaders(ctx: &Ctx<'_>, req: ElectLeadersRequest) -> ElectLead
             .filter(|tp| seen.insert(tp.clone()))
             .collect::<Vec<_>>()
     });
-    let outcomes = match ctx.broker.execute(Command::ElectLeaders { election, partitions: partitions.clone() }).await {
+    let allowed = ctx.check_cluster(Operation::Alter);
+    let outcomes = match allowed.map(|()| Command::ElectLeaders { election, partitions: partitions.clone() }) {
+        Ok(cmd) => ctx.broker.execute(cmd).await,
+        Err(e) => Err(e),
+    };
+    let outcomes = match outcomes {
         Ok(Reply::Elections(r)) => r,
         Ok(other) => {
             resp.error_code = BrokerError::unexpected_reply(&other).code();
@@ -279,6 +303,9 @@ pub async fn delete_records(ctx: &Ctx<'_>, req: DeleteRecordsRequest) -> DeleteR
             pr.partition_index = p.partition_index;
             pr.low_watermark = -1;
             let result = match topic.as_ref().map(|t| t.led(p.partition_index)) {
+                _ if !ctx.topic_allowed(Operation::Delete, t.name.0.as_str()) => {
+                    Err(BrokerError::TopicAuthorizationFailed)
+                }
                 None => Err(BrokerError::UnknownTopic("unknown topic or partition".into())),
                 Some(Err(e)) => Err(e),
                 Some(Ok(part)) => part.delete_records_before(p.offset).map(|start| (part.clone(), start)),
@@ -315,7 +342,15 @@ pub async fn init_producer_id(ctx: &Ctx<'_>, req: InitProducerIdRequest) -> Init
     resp.producer_id = ProducerId(-1);
     resp.producer_epoch = -1;
     if let Some(id) = &req.transactional_id {
+        if let Err(e) = ctx.check_txn(Operation::Write, id.as_str()) {
+            resp.error_code = e.code();
+            return resp;
+        }
         return super::transactions::init_producer_id(ctx, &req, id).await;
+    }
+    if let Err(e) = ctx.check_idempotent_write() {
+        resp.error_code = e.code();
+        return resp;
     }
     if req.producer_id.0 >= 0 && req.producer_epoch >= 0 && req.producer_epoch < i16::MAX - 1 {
         resp.producer_id = req.producer_id;
@@ -358,8 +393,11 @@ pub async fn describe_cluster(ctx: &Ctx<'_>, req: DescribeClusterRequest) -> Des
             Some(br)
         })
         .collect();
-    resp.cluster_authorized_operations =
-        if req.include_cluster_authorized_operations { ALL_CLUSTER_OPERATIONS } else { OPERATIONS_NOT_REQUESTED };
+    resp.cluster_authorized_operations = if req.include_cluster_authorized_operations {
+        ctx.authorized_operations(ResourceType::Cluster, CLUSTER_NAME, CLUSTER_OPERATIONS)
+    } else {
+        OPERATIONS_NOT_REQUESTED
+    };
     resp
 }
 
@@ -377,6 +415,9 @@ pub async fn describe_producers(ctx: &Ctx<'_>, req: DescribeProducersRequest) ->
             let mut pr = PartitionResponse::default();
             pr.partition_index = idx;
             let found = match &topic {
+                _ if !ctx.topic_allowed(Operation::Read, t.name.0.as_str()) => {
+                    Err(BrokerError::TopicAuthorizationFailed)
+                }
                 None => Err(BrokerError::UnknownTopic("unknown topic or partition".into())),
                 Some(t) => t.led(idx),
             };

@@ -10,6 +10,8 @@ use oxbow_protocol::messages::describe_configs_response::{
 use oxbow_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as IncResult;
 use oxbow_protocol::messages::*;
 
+use oxbow_meta::acl::Operation;
+
 use super::Ctx;
 use super::util::s;
 use crate::errors::BrokerError;
@@ -68,6 +70,17 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
         out.resource_name = r.resource_name.clone();
         let only: Option<Vec<String>> =
             r.configuration_keys.as_ref().map(|k| k.iter().map(|k| k.to_string()).collect());
+        let denied = match r.resource_type {
+            TOPIC => ctx.check_topic(Operation::DescribeConfigs, r.resource_name.as_str()).err(),
+            BROKER => ctx.check_cluster(Operation::DescribeConfigs).err(),
+            _ => None,
+        };
+        if let Some(e) = denied {
+            out.error_code = e.code();
+            out.error_message = Some(s(e.message()));
+            resp.results.push(out);
+            continue;
+        }
         match r.resource_type {
             TOPIC => match b.topic(r.resource_name.as_str()) {
                 None => {
@@ -155,6 +168,15 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeConfigsRequest) -> DescribeCon
     resp
 }
 
+/// ALTER_CONFIGS on the topic, or on the cluster for a broker resource.
+fn check_alter(ctx: &Ctx<'_>, resource_type: i8, name: &str) -> Result<(), BrokerError> {
+    match resource_type {
+        TOPIC => ctx.check_topic(Operation::AlterConfigs, name),
+        BROKER => ctx.check_cluster(Operation::AlterConfigs),
+        _ => Ok(()),
+    }
+}
+
 /// The topic an Alter*Configs resource names; brokers and other resource types are refused.
 fn alter_target(
     b: &crate::broker::Broker,
@@ -180,6 +202,7 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterConfigsRequest) -> AlterConfigsRespo
         out.resource_name = r.resource_name.clone();
         let result: Result<(), BrokerError> = async {
             let name = r.resource_name.as_str();
+            check_alter(ctx, r.resource_type, name)?;
             alter_target(b, r.resource_type, name)?;
             let mut configs = BTreeMap::new();
             for c in &r.configs {
@@ -270,6 +293,7 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
         out.resource_name = r.resource_name.clone();
         let result: Result<(), BrokerError> = async {
             let name = r.resource_name.as_str();
+            check_alter(ctx, r.resource_type, name)?;
             if r.resource_type == BROKER {
                 return alter_dynamic_broker(b, name, &r.configs, req.validate_only).await;
             }

@@ -16,8 +16,10 @@ use oxbow_protocol::messages::{
     ConsumerGroupHeartbeatResponse, GroupId,
 };
 
+use oxbow_meta::acl::{Operation, ResourceType};
+
 use super::Ctx;
-use super::groups::ALL_GROUP_OPERATIONS;
+use super::access::GROUP_OPERATIONS;
 use super::util::{OPERATIONS_NOT_REQUESTED, s, topic_name};
 
 /// From v1 the client names itself (KIP-1082); v0 joins get an id from the coordinator.
@@ -103,6 +105,15 @@ pub async fn heartbeat(ctx: &Ctx<'_>, req: ConsumerGroupHeartbeatRequest) -> Con
     if let Some((e, msg)) = invalid(ctx, &req) {
         return fail(resp, e, msg);
     }
+    // READ on the group, and DESCRIBE on every topic subscribed to by name, as Kafka.
+    let auth = ctx.check_group(Operation::Read, req.group_id.0.as_str()).and_then(|()| {
+        req.subscribed_topic_names.iter().flatten().try_for_each(|n| ctx.check_topic(Operation::Describe, n.0.as_str()))
+    });
+    if let Err(e) = auth {
+        resp.error_code = e.code();
+        resp.error_message = Some(s(e.message()));
+        return resp;
+    }
     let mut member_id = req.member_id.to_string();
     if member_id.is_empty() {
         // v0 join: the coordinator names the member.
@@ -180,8 +191,17 @@ pub async fn describe(ctx: &Ctx<'_>, req: ConsumerGroupDescribeRequest) -> Consu
     for id in &req.group_ids {
         let mut g = DescribedGroup::default();
         g.group_id = GroupId(id.0.clone());
-        g.authorized_operations =
-            if req.include_authorized_operations { ALL_GROUP_OPERATIONS } else { OPERATIONS_NOT_REQUESTED };
+        g.authorized_operations = if req.include_authorized_operations {
+            ctx.authorized_operations(ResourceType::Group, id.0.as_str(), GROUP_OPERATIONS)
+        } else {
+            OPERATIONS_NOT_REQUESTED
+        };
+        if let Err(e) = ctx.check_group(Operation::Describe, id.0.as_str()) {
+            g.error_code = e.code();
+            g.error_message = Some(s(e.message()));
+            resp.groups.push(g);
+            continue;
+        }
         if id.0.is_empty() {
             g.error_code = GroupError::InvalidGroupId.code();
             g.error_message = Some(s("Group ID can't be empty."));

@@ -10,8 +10,13 @@ use crate::errors::BrokerError;
 
 pub async fn handle(ctx: &Ctx<'_>, req: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
     let mut resp = OffsetForLeaderEpochResponse::default();
+    // Followers (a replica id) need CLUSTER_ACTION, clients DESCRIBE on the topic.
+    let follower = req.replica_id.0 >= 0;
+    let follower_allowed = !follower || ctx.cluster_action_allowed();
     for t in req.topics {
-        let topic = ctx.broker.topic(t.topic.0.as_str());
+        let allowed = follower_allowed
+            && (follower || ctx.topic_allowed(oxbow_meta::acl::Operation::Describe, t.topic.0.as_str()));
+        let topic = ctx.broker.topic(t.topic.0.as_str()).filter(|_| allowed);
         let mut tr = OffsetForLeaderTopicResult::default();
         tr.topic = t.topic.clone();
         for p in t.partitions {
@@ -19,7 +24,13 @@ pub async fn handle(ctx: &Ctx<'_>, req: OffsetForLeaderEpochRequest) -> OffsetFo
             r.partition = p.partition;
             let answer = topic
                 .as_ref()
-                .ok_or_else(|| BrokerError::UnknownTopic("unknown topic".into()))
+                .ok_or_else(|| {
+                    if allowed {
+                        BrokerError::UnknownTopic("unknown topic".into())
+                    } else {
+                        BrokerError::TopicAuthorizationFailed
+                    }
+                })
                 .and_then(|t| t.led(p.partition))
                 .and_then(|part| {
                     part.check_leader_epoch(p.current_leader_epoch)?;

@@ -21,6 +21,8 @@ use oxbow_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopi
 use oxbow_protocol::messages::{FetchRequest, FetchResponse};
 use tokio::sync::watch;
 
+use oxbow_meta::acl::Operation;
+
 use super::Ctx;
 use crate::broker::Topic;
 use crate::errors::BrokerError;
@@ -190,6 +192,9 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
     let by_id = ctx.version >= 13;
     let replica = if ctx.version >= 15 { req.replica_state.replica_id.0 } else { req.replica_id.0 };
     let follower = (replica >= 0).then_some(replica);
+    // A follower needs CLUSTER_ACTION, a consumer READ on each topic (TOPIC_AUTHORIZATION_FAILED
+    // per partition either way, as Kafka).
+    let follower_allowed = follower.is_none() || ctx.cluster_action_allowed();
     let mut topics: Vec<FetchableTopicResponse> = Vec::new();
     let mut wants: Vec<Want> = Vec::new();
     for ft in &req.topics {
@@ -199,8 +204,12 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
         tr.topic_id = ft.topic_id;
         let slot = topics.len();
         topics.push(tr);
+        let name = topic.as_ref().map_or(ft.topic.0.as_str(), |t| t.meta.name.as_str());
+        let allowed =
+            follower_allowed && (follower.is_some() || name.is_empty() || ctx.topic_allowed(Operation::Read, name));
         for fp in &ft.partitions {
             let target = match &topic {
+                _ if !allowed => Err(BrokerError::TopicAuthorizationFailed),
                 None if by_id => Err(BrokerError::UnknownTopicId),
                 None => Err(BrokerError::UnknownTopic("unknown topic".into())),
                 Some(t) => t.led(fp.partition).cloned(),

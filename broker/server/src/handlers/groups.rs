@@ -17,12 +17,12 @@ use oxbow_protocol::messages::{
     SyncGroupResponse,
 };
 
+use oxbow_meta::acl::{Operation, ResourceType};
+
 use super::Ctx;
+use super::access::GROUP_OPERATIONS;
 use super::util::{OPERATIONS_NOT_REQUESTED, s};
 use crate::errors::BrokerError;
-
-/// Kafka's "all group operations" bitfield (READ, DELETE, DESCRIBE) for authorized operations.
-pub const ALL_GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
 
 /// One FindCoordinator answer: (node, host, port, error, message).
 async fn find_one(ctx: &Ctx<'_>, key: &str, key_type: i8) -> FoundCoordinator {
@@ -36,6 +36,15 @@ async fn find_one(ctx: &Ctx<'_>, key: &str, key_type: i8) -> FoundCoordinator {
         c
     };
     let b = ctx.broker;
+    // DESCRIBE on the group or transactional id, as Kafka.
+    let denied = match key_type {
+        0 => ctx.check_group(Operation::Describe, key).err(),
+        1 => ctx.check_txn(Operation::Describe, key).err(),
+        _ => None,
+    };
+    if let Some(e) = denied {
+        return fail(c, e);
+    }
     let (leader, what) = match key_type {
         0 => {
             let topic = match b.offsets_topic().await {
@@ -94,6 +103,13 @@ pub async fn find_coordinator(ctx: &Ctx<'_>, req: FindCoordinatorRequest) -> Fin
 pub async fn join_group(ctx: &Ctx<'_>, req: JoinGroupRequest) -> JoinGroupResponse {
     let b = ctx.broker;
     let group = req.group_id.0.to_string();
+    if let Err(e) = ctx.check_group(Operation::Read, &group) {
+        let mut resp = JoinGroupResponse::default();
+        resp.error_code = e.code();
+        resp.generation_id = -1;
+        resp.protocol_name = (ctx.version < 7).then(|| s(""));
+        return resp;
+    }
     let session = req.session_timeout_ms;
     let join = JoinRequest {
         member_id: req.member_id.to_string(),
@@ -151,6 +167,11 @@ pub async fn sync_group(ctx: &Ctx<'_>, req: SyncGroupRequest) -> SyncGroupRespon
         return resp;
     }
     let group = req.group_id.0.to_string();
+    if let Err(e) = ctx.check_group(Operation::Read, &group) {
+        let mut resp = SyncGroupResponse::default();
+        resp.error_code = e.code();
+        return resp;
+    }
     let sync = SyncRequest {
         member_id: req.member_id.to_string(),
         instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
@@ -175,6 +196,11 @@ pub async fn sync_group(ctx: &Ctx<'_>, req: SyncGroupRequest) -> SyncGroupRespon
 
 pub async fn heartbeat(ctx: &Ctx<'_>, req: HeartbeatRequest) -> HeartbeatResponse {
     let b = ctx.broker;
+    if let Err(e) = ctx.check_group(Operation::Read, req.group_id.0.as_str()) {
+        let mut resp = HeartbeatResponse::default();
+        resp.error_code = e.code();
+        return resp;
+    }
     let instance = req.group_instance_id.as_ref().map(|i| i.to_string());
     let answer = b
         .groups
@@ -195,6 +221,11 @@ pub async fn leave_group(ctx: &Ctx<'_>, req: LeaveGroupRequest) -> LeaveGroupRes
     } else {
         vec![(req.member_id.to_string(), None)]
     };
+    if let Err(e) = ctx.check_group(Operation::Read, req.group_id.0.as_str()) {
+        let mut resp = LeaveGroupResponse::default();
+        resp.error_code = e.code();
+        return resp;
+    }
     let (bb, g, m) = (b.clone(), req.group_id.0.to_string(), members.clone());
     let result = b
         .groups
@@ -236,6 +267,8 @@ pub async fn list_groups(ctx: &Ctx<'_>, req: ListGroupsRequest) -> ListGroupsRes
             return resp;
         }
     };
+    // DESCRIBE on the cluster lists every group; otherwise only those the principal may describe.
+    let all = ctx.cluster_allowed(Operation::Describe);
     let states: Vec<String> = req.states_filter.iter().map(|x| x.to_lowercase()).collect();
     let types: Vec<String> = req.types_filter.iter().map(|x| x.to_lowercase()).collect();
     for g in listed {
@@ -243,6 +276,9 @@ pub async fn list_groups(ctx: &Ctx<'_>, req: ListGroupsRequest) -> ListGroupsRes
             continue;
         }
         if !types.is_empty() && !types.iter().any(|t| t == g.group_type) {
+            continue;
+        }
+        if !all && !ctx.group_allowed(Operation::Describe, &g.group) {
             continue;
         }
         let mut x = ListedGroup::default();
@@ -261,8 +297,17 @@ pub async fn describe_groups(ctx: &Ctx<'_>, req: DescribeGroupsRequest) -> Descr
     for id in &req.groups {
         let mut g = DescribedGroup::default();
         g.group_id = id.clone();
-        g.authorized_operations =
-            if req.include_authorized_operations { ALL_GROUP_OPERATIONS } else { OPERATIONS_NOT_REQUESTED };
+        g.authorized_operations = if req.include_authorized_operations {
+            ctx.authorized_operations(ResourceType::Group, id.0.as_str(), GROUP_OPERATIONS)
+        } else {
+            OPERATIONS_NOT_REQUESTED
+        };
+        if let Err(e) = ctx.check_group(Operation::Describe, id.0.as_str()) {
+            g.error_code = e.code();
+            g.group_state = s(GroupState::Dead.name());
+            resp.groups.push(g);
+            continue;
+        }
         match b.groups.describe(&b.view, id.0.as_str()).await {
             Ok(Some(d)) => {
                 g.group_state = s(d.state);
@@ -310,6 +355,11 @@ pub async fn delete_groups(ctx: &Ctx<'_>, req: DeleteGroupsRequest) -> DeleteGro
     for id in &req.groups_names {
         let mut r = DeletableGroupResult::default();
         r.group_id = id.clone();
+        if let Err(e) = ctx.check_group(Operation::Delete, id.0.as_str()) {
+            r.error_code = e.code();
+            resp.results.push(r);
+            continue;
+        }
         let (bb, g) = (b.clone(), id.0.to_string());
         let e = b.groups.detached(async move { bb.groups.delete_group(&bb.view, &g).await }).await;
         r.error_code = answer_code(&e.unwrap_or(Err(GroupError::UnknownServerError)));

@@ -39,6 +39,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ListOffsetsRequest) -> ListOffsetsRespon
     let committed = ctx.version >= 2 && req.isolation_level == 1;
     for t in req.topics {
         let topic = b.topic(t.name.0.as_str());
+        let auth = ctx.check_topic(oxbow_meta::acl::Operation::Describe, t.name.0.as_str());
         let mut tr = ListOffsetsTopicResponse::default();
         tr.name = t.name.clone();
         for rp in t.partitions {
@@ -48,6 +49,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ListOffsetsRequest) -> ListOffsetsRespon
             pr.offset = -1;
             pr.leader_epoch = -1;
             let part = match &topic {
+                _ if auth.is_err() => Err(BrokerError::TopicAuthorizationFailed),
                 None => Err(BrokerError::UnknownTopic("unknown topic or partition".into())),
                 Some(t) => t.led(rp.partition_index),
             };

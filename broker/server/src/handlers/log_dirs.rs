@@ -12,6 +12,12 @@ use super::util::{entry, s, topic_name};
 
 pub async fn handle(ctx: &Ctx<'_>, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
     let b = ctx.broker;
+    // DESCRIBE on the cluster, as Kafka (CLUSTER_AUTHORIZATION_FAILED, no directory listed).
+    if let Err(e) = ctx.check_cluster(oxbow_meta::acl::Operation::Describe) {
+        let mut resp = DescribeLogDirsResponse::default();
+        resp.error_code = e.code();
+        return resp;
+    }
     let wanted = |topic: &str, p: i32| match &req.topics {
         None => true,
         Some(ts) => ts.iter().any(|t| t.topic.0.as_str() == topic && t.partitions.contains(&p)),

@@ -6,18 +6,26 @@ use oxbow_protocol::messages::metadata_response::{
 use oxbow_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use uuid::Uuid;
 
+use oxbow_meta::acl::{Operation, ResourceType};
+
 use super::Ctx;
-use super::util::{ALL_CLUSTER_OPERATIONS, ALL_TOPIC_OPERATIONS, OPERATIONS_NOT_REQUESTED, s, topic_name};
+use super::access::{CLUSTER_OPERATIONS, TOPIC_OPERATIONS};
+use super::util::{OPERATIONS_NOT_REQUESTED, s, topic_name};
 use crate::broker::{Topic, validate_topic_name};
 use crate::errors::BrokerError;
+use crate::security::authorizer::CLUSTER_NAME;
 
 /// `fenced_self`: this broker is not confirmed unfenced, so it reports no partition as its own.
-fn describe_topic(t: &Topic, with_ops: bool, fenced_self: Option<i32>) -> MetadataResponseTopic {
+fn describe_topic(ctx: &Ctx<'_>, t: &Topic, with_ops: bool, fenced_self: Option<i32>) -> MetadataResponseTopic {
     let mut out = MetadataResponseTopic::default();
     out.name = Some(topic_name(&t.meta.name));
     out.topic_id = t.meta.id;
     out.is_internal = t.meta.name.starts_with("__");
-    out.topic_authorized_operations = if with_ops { ALL_TOPIC_OPERATIONS } else { OPERATIONS_NOT_REQUESTED };
+    out.topic_authorized_operations = if with_ops {
+        ctx.authorized_operations(ResourceType::Topic, &t.meta.name, TOPIC_OPERATIONS)
+    } else {
+        OPERATIONS_NOT_REQUESTED
+    };
     for p in &t.states {
         let mut mp = MetadataResponsePartition::default();
         mp.partition_index = p.partition;
@@ -71,7 +79,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
     resp.controller_id = BrokerId(if me_active { b.node_id() } else { b.controller_id() });
     resp.cluster_authorized_operations = if req.include_cluster_authorized_operations && (8..=10).contains(&ctx.version)
     {
-        ALL_CLUSTER_OPERATIONS
+        ctx.authorized_operations(ResourceType::Cluster, CLUSTER_NAME, CLUSTER_OPERATIONS)
     } else {
         OPERATIONS_NOT_REQUESTED
     };
@@ -82,7 +90,13 @@ pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
         Some(t) => Some(t),
     };
     let Some(requested) = requested else {
-        resp.topics = b.all_topics().iter().map(|t| describe_topic(t, with_ops, fenced_self)).collect();
+        // Only the topics the principal may describe, as Kafka.
+        resp.topics = b
+            .all_topics()
+            .iter()
+            .filter(|t| ctx.topic_allowed(Operation::Describe, &t.meta.name))
+            .map(|t| describe_topic(ctx, t, with_ops, fenced_self))
+            .collect();
         return resp;
     };
     // Before v4 the request has no allow_auto_topic_creation field, and Kafka treats it as true.
@@ -93,20 +107,31 @@ pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
         let Some(name) = name else {
             // By topic id (v10+).
             match b.topic_by_id(rt.topic_id) {
-                Some(t) if !rt.topic_id.is_nil() => resp.topics.push(describe_topic(&t, with_ops, fenced_self)),
+                Some(t) if !rt.topic_id.is_nil() && !ctx.topic_allowed(Operation::Describe, &t.meta.name) => {
+                    resp.topics.push(topic_error(None, rt.topic_id, &BrokerError::TopicAuthorizationFailed))
+                }
+                Some(t) if !rt.topic_id.is_nil() => resp.topics.push(describe_topic(ctx, &t, with_ops, fenced_self)),
                 _ => resp.topics.push(topic_error(None, rt.topic_id, &BrokerError::UnknownTopicId)),
             }
             continue;
         };
+        // Whether or not it exists: an unauthorized client learns nothing about the topic.
+        if !ctx.topic_allowed(Operation::Describe, &name) {
+            resp.topics.push(topic_error(Some(name), Uuid::nil(), &BrokerError::TopicAuthorizationFailed));
+            continue;
+        }
         if let Some(t) = b.topic(&name) {
-            resp.topics.push(describe_topic(&t, with_ops, fenced_self));
+            resp.topics.push(describe_topic(ctx, &t, with_ops, fenced_self));
             continue;
         }
         if let Err(e) = validate_topic_name(&name) {
             resp.topics.push(topic_error(Some(name), Uuid::nil(), &e));
             continue;
         }
-        if allow_auto && b.config.auto_create_topics {
+        let may_create = || ctx.cluster_allowed(Operation::Create) || ctx.topic_allowed(Operation::Create, &name);
+        if allow_auto && b.config.auto_create_topics && !may_create() {
+            resp.topics.push(topic_error(Some(name), Uuid::nil(), &BrokerError::TopicAuthorizationFailed));
+        } else if allow_auto && b.config.auto_create_topics {
             match b
                 .create_topic(
                     &name,
@@ -118,10 +143,10 @@ pub async fn handle(ctx: &Ctx<'_>, req: MetadataRequest) -> MetadataResponse {
                 )
                 .await
             {
-                Ok(Some(t)) => resp.topics.push(describe_topic(&t, with_ops, fenced_self)),
+                Ok(Some(t)) => resp.topics.push(describe_topic(ctx, &t, with_ops, fenced_self)),
                 Ok(None) => resp.topics.push(topic_error(Some(name), Uuid::nil(), &BrokerError::LeaderNotAvailable)),
                 Err(BrokerError::TopicExists(_)) => match b.topic(&name) {
-                    Some(t) => resp.topics.push(describe_topic(&t, with_ops, fenced_self)),
+                    Some(t) => resp.topics.push(describe_topic(ctx, &t, with_ops, fenced_self)),
                     None => resp.topics.push(topic_error(Some(name), Uuid::nil(), &BrokerError::LeaderNotAvailable)),
                 },
                 Err(e) => resp.topics.push(topic_error(Some(name), Uuid::nil(), &e)),

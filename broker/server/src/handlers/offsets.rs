@@ -20,6 +20,8 @@ use oxbow_protocol::messages::{
 };
 use oxbow_txn::TopicPartition;
 
+use oxbow_meta::acl::Operation;
+
 use super::Ctx;
 use super::util::s;
 use crate::clock::now_ms;
@@ -63,6 +65,8 @@ pub async fn offset_commit(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCom
     // (topic slot, partition slot) of each entry sent to the coordinator.
     let mut slots = Vec::new();
     let mut entries = Vec::new();
+    // READ on the group (else every partition is GROUP_AUTHORIZATION_FAILED), then on each topic.
+    let group_auth = ctx.check_group(Operation::Read, req.group_id.0.as_str());
     for t in &req.topics {
         let mut rt = OffsetCommitResponseTopic::default();
         rt.name = t.name.clone();
@@ -72,7 +76,11 @@ pub async fn offset_commit(ctx: &Ctx<'_>, req: OffsetCommitRequest) -> OffsetCom
             rp.partition_index = p.partition_index;
             let epoch = if ctx.version >= 6 { p.committed_leader_epoch } else { -1 };
             let (offset, metadata) = (p.committed_offset, p.committed_metadata.as_ref());
-            match check_entry(ctx, t.name.0.as_str(), p.partition_index, offset, epoch, metadata) {
+            let checked = group_auth
+                .clone()
+                .and_then(|()| ctx.check_topic(Operation::Read, t.name.0.as_str()))
+                .and_then(|()| check_entry(ctx, t.name.0.as_str(), p.partition_index, offset, epoch, metadata));
+            match checked {
                 Ok(e) => {
                     slots.push((resp.topics.len(), rt.partitions.len()));
                     entries.push(e);
@@ -116,6 +124,10 @@ pub async fn txn_offset_commit(ctx: &Ctx<'_>, req: TxnOffsetCommitRequest) -> Tx
     let mut resp = TxnOffsetCommitResponse::default();
     let mut slots = Vec::new();
     let mut entries = Vec::new();
+    // WRITE on the transactional id, READ on the group, then READ on each topic, as Kafka.
+    let auth = ctx
+        .check_txn(Operation::Write, req.transactional_id.as_str())
+        .and_then(|()| ctx.check_group(Operation::Read, req.group_id.0.as_str()));
     for t in &req.topics {
         let mut rt = TxnOffsetCommitResponseTopic::default();
         rt.name = t.name.clone();
@@ -124,7 +136,11 @@ pub async fn txn_offset_commit(ctx: &Ctx<'_>, req: TxnOffsetCommitRequest) -> Tx
             rp.partition_index = p.partition_index;
             let epoch = if ctx.version >= 2 { p.committed_leader_epoch } else { -1 };
             let (offset, metadata) = (p.committed_offset, p.committed_metadata.as_ref());
-            match check_entry(ctx, t.name.0.as_str(), p.partition_index, offset, epoch, metadata) {
+            let checked = auth
+                .clone()
+                .and_then(|()| ctx.check_topic(Operation::Read, t.name.0.as_str()))
+                .and_then(|()| check_entry(ctx, t.name.0.as_str(), p.partition_index, offset, epoch, metadata));
+            match checked {
                 Ok(e) => {
                     slots.push((resp.topics.len(), rt.partitions.len()));
                     entries.push(e);
@@ -205,8 +221,8 @@ macro_rules! fill_fetched {
     ($rp:ident, $p:expr, $v:expr) => {{
         let v = match $v {
             Ok(v) => v.unwrap_or_else(no_offset),
-            Err(e) => {
-                $rp.error_code = e.code();
+            Err(code) => {
+                $rp.error_code = code;
                 no_offset()
             }
         };
@@ -217,9 +233,16 @@ macro_rules! fill_fetched {
     }};
 }
 
-type Fetched = Result<Vec<(String, Vec<FetchedOffset>)>, GroupError>;
+/// A partition's committed offset, or its error code.
+type PartitionOffset = (i32, Result<Option<OffsetValue>, i16>);
+type Fetched = Result<Vec<(String, Vec<PartitionOffset>)>, i16>;
+/// Topics and their partitions, as an OffsetFetch names them.
+type Wanted = Vec<(String, Vec<i32>)>;
 
 /// `member`: the member id and epoch of a v9+ request (checked against consumer protocol groups).
+/// Needs DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED); topics the principal may not
+/// describe are left out of an all-topics answer and TOPIC_AUTHORIZATION_FAILED when named, as
+/// Kafka.
 async fn fetch_group(
     ctx: &Ctx<'_>,
     group: &str,
@@ -227,7 +250,34 @@ async fn fetch_group(
     member: Option<(Option<&str>, i32)>,
     stable: bool,
 ) -> Fetched {
-    ctx.broker.groups.fetch_offsets(&ctx.broker.view, group, topics, member, stable).await
+    ctx.check_group(Operation::Describe, group).map_err(|e| e.code())?;
+    let allowed = |t: &str| ctx.topic_allowed(Operation::Describe, t);
+    let (asked, refused): (Option<Wanted>, Wanted) = match topics {
+        None => (None, Vec::new()),
+        Some(ts) => {
+            let (ok, no): (Vec<_>, Vec<_>) = ts.into_iter().partition(|(t, _)| allowed(t));
+            (Some(ok), no)
+        }
+    };
+    let all = asked.is_none();
+    let fetched: Vec<(String, Vec<FetchedOffset>)> = match asked {
+        // Every named topic refused: nothing to ask the coordinator.
+        Some(ts) if ts.is_empty() && !refused.is_empty() => Vec::new(),
+        asked => ctx
+            .broker
+            .groups
+            .fetch_offsets(&ctx.broker.view, group, asked, member, stable)
+            .await
+            .map_err(|e| e.code())?,
+    };
+    let mut out: Vec<(String, Vec<PartitionOffset>)> = fetched
+        .into_iter()
+        .filter(|(t, _)| !all || allowed(t))
+        .map(|(t, ps)| (t, ps.into_iter().map(|(p, v)| (p, v.map_err(|e| e.code()))).collect()))
+        .collect();
+    let denied = BrokerError::TopicAuthorizationFailed.code();
+    out.extend(refused.into_iter().map(|(t, ps)| (t, ps.into_iter().map(|p| (p, Err(denied))).collect())));
+    Ok(out)
 }
 
 pub async fn offset_fetch(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetchResponse {
@@ -255,7 +305,7 @@ pub async fn offset_fetch(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetch
                         rg.topics.push(rt);
                     }
                 }
-                Err(e) => rg.error_code = e.code(),
+                Err(code) => rg.error_code = code,
             }
             resp.groups.push(rg);
         }
@@ -276,16 +326,16 @@ pub async fn offset_fetch(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetch
                 resp.topics.push(rt);
             }
         }
-        Err(e) => {
-            resp.error_code = e.code();
+        Err(code) => {
+            resp.error_code = code;
             // v1 has no top-level error: each partition carries it.
             for (name, parts) in wanted.unwrap_or_default() {
                 let mut rt = OffsetFetchResponseTopic::default();
                 rt.name = super::util::topic_name(&name);
                 for p in parts {
                     let mut rp = OffsetFetchResponsePartition::default();
-                    fill_fetched!(rp, p, Ok::<_, GroupError>(None));
-                    rp.error_code = e.code();
+                    fill_fetched!(rp, p, Ok::<_, i16>(None));
+                    rp.error_code = code;
                     rt.partitions.push(rp);
                 }
                 resp.topics.push(rt);
@@ -298,6 +348,11 @@ pub async fn offset_fetch(ctx: &Ctx<'_>, req: OffsetFetchRequest) -> OffsetFetch
 pub async fn offset_delete(ctx: &Ctx<'_>, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
     let b = ctx.broker;
     let mut resp = OffsetDeleteResponse::default();
+    // DELETE on the group, READ on each topic, as Kafka.
+    if let Err(e) = ctx.check_group(Operation::Delete, req.group_id.0.as_str()) {
+        resp.error_code = e.code();
+        return resp;
+    }
     let mut asked = Vec::new();
     let mut slots = Vec::new();
     for t in &req.topics {
@@ -306,7 +361,9 @@ pub async fn offset_delete(ctx: &Ctx<'_>, req: OffsetDeleteRequest) -> OffsetDel
         for p in &t.partitions {
             let mut rp = OffsetDeleteResponsePartition::default();
             rp.partition_index = p.partition_index;
-            if partition_exists(ctx, t.name.0.as_str(), p.partition_index) {
+            if !ctx.topic_allowed(Operation::Read, t.name.0.as_str()) {
+                rp.error_code = BrokerError::TopicAuthorizationFailed.code();
+            } else if partition_exists(ctx, t.name.0.as_str(), p.partition_index) {
                 slots.push((resp.topics.len(), rt.partitions.len()));
                 asked.push((t.name.0.to_string(), p.partition_index));
             } else {

@@ -15,6 +15,8 @@ use oxbow_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use oxbow_protocol::messages::{ProduceRequest, ProduceResponse};
 use oxbow_txn::TopicPartition;
 
+use oxbow_meta::acl::Operation;
+
 use super::Ctx;
 use super::util::s;
 use crate::clock::now_ms;
@@ -152,15 +154,25 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
     let mut resp = ProduceResponse::default();
     let mut ready: Vec<Ready> = Vec::new();
     let now = now_ms();
+    // WRITE on the transactional id, then on each topic (an unknown topic too: the answer does
+    // not tell an unauthorized client which topics exist), as Kafka.
+    let txn_auth = match &req.transactional_id {
+        Some(id) => ctx.check_txn(Operation::Write, id.as_str()),
+        None => Ok(()),
+    };
     for td in &req.topic_data {
         let mut tr = TopicProduceResponse::default();
         tr.name = td.name.clone();
         tr.topic_id = td.topic_id;
         let topic = if ctx.version >= 13 { b.topic_by_id(td.topic_id) } else { b.topic(td.name.0.as_str()) };
+        let name = topic.as_ref().map_or(td.name.0.as_str(), |t| t.meta.name.as_str());
+        let auth = txn_auth
+            .clone()
+            .and_then(|()| if name.is_empty() { Ok(()) } else { ctx.check_topic(Operation::Write, name) });
         for pd in &td.partition_data {
             let records = pd.records.clone().unwrap_or_default();
             let slot = (resp.responses.len(), tr.partition_responses.len());
-            match validate(ctx, &req, topic.as_ref(), pd.index, records, now, slot) {
+            match auth.clone().and_then(|()| validate(ctx, &req, topic.as_ref(), pd.index, records, now, slot)) {
                 Ok(r) => {
                     ready.push(r);
                     tr.partition_responses.push(partition_error(pd.index, &BrokerError::OperationNotAttempted));

@@ -10,6 +10,8 @@ use oxbow_meta::{AdminRefusal, AdminReply, QuorumAdmin, QuorumState};
 use oxbow_protocol::messages::describe_quorum_response::{Listener, Node, PartitionData, ReplicaState, TopicData};
 use oxbow_protocol::messages::*;
 
+use oxbow_meta::acl::Operation;
+
 use super::Ctx;
 use super::util::s;
 use crate::errors::BrokerError;
@@ -52,7 +54,10 @@ fn describe_partition(state: &QuorumState) -> PartitionData {
 
 pub async fn describe(ctx: &Ctx<'_>, req: DescribeQuorumRequest) -> DescribeQuorumResponse {
     let mut resp = DescribeQuorumResponse::default();
-    let result = run(ctx, QuorumAdmin::Describe).await;
+    let result = match ctx.check_cluster(Operation::Describe) {
+        Ok(()) => run(ctx, QuorumAdmin::Describe).await,
+        Err(e) => Err(e),
+    };
     for t in req.topics {
         let mut td = TopicData::default();
         td.topic_name = t.topic_name.clone();
@@ -97,6 +102,7 @@ pub async fn describe(ctx: &Ctx<'_>, req: DescribeQuorumRequest) -> DescribeQuor
 pub async fn add_voter(ctx: &Ctx<'_>, req: AddRaftVoterRequest) -> AddRaftVoterResponse {
     let mut resp = AddRaftVoterResponse::default();
     let result = async {
+        ctx.check_cluster(Operation::Alter)?;
         check_cluster(ctx, req.cluster_id.as_ref().map(|c| c.as_str()))?;
         // The endpoint on our controller listener name, else the first one given.
         let names = ctx.broker.config.controller_listener.as_ref().map(|l| l.name.clone());
@@ -119,6 +125,7 @@ pub async fn add_voter(ctx: &Ctx<'_>, req: AddRaftVoterRequest) -> AddRaftVoterR
 pub async fn remove_voter(ctx: &Ctx<'_>, req: RemoveRaftVoterRequest) -> RemoveRaftVoterResponse {
     let mut resp = RemoveRaftVoterResponse::default();
     let result = async {
+        ctx.check_cluster(Operation::Alter)?;
         check_cluster(ctx, req.cluster_id.as_ref().map(|c| c.as_str()))?;
         run(ctx, QuorumAdmin::RemoveVoter { node_id: req.voter_id }).await
     }

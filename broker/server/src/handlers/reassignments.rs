@@ -12,6 +12,8 @@ use oxbow_protocol::messages::list_partition_reassignments_response::{
 };
 use oxbow_protocol::messages::*;
 
+use oxbow_meta::acl::Operation;
+
 use super::Ctx;
 use super::util::{entry, s, topic_name};
 use crate::errors::BrokerError;
@@ -38,7 +40,11 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterPartitionReassignmentsRequest) -> Al
         partitions: partitions.clone(),
         allow_rf_change: req.allow_replication_factor_change,
     };
-    let results: Vec<(String, i32, Option<BrokerError>)> = match ctx.broker.execute(cmd).await {
+    let outcome = match ctx.check_cluster(Operation::Alter) {
+        Ok(()) => ctx.broker.execute(cmd).await,
+        Err(e) => Err(e),
+    };
+    let results: Vec<(String, i32, Option<BrokerError>)> = match outcome {
         Ok(Reply::Reassignments(r)) => r
             .into_iter()
             .map(|(t, p, refusal)| (t, p, refusal.map(|e| BrokerError::from(oxbow_meta::CommandError::Refused(e)))))
@@ -78,7 +84,11 @@ pub async fn list(ctx: &Ctx<'_>, req: ListPartitionReassignmentsRequest) -> List
     if wanted.as_ref().is_some_and(Vec::is_empty) {
         return resp;
     }
-    match ctx.broker.execute(Command::ListReassignments { partitions: wanted }).await {
+    let outcome = match ctx.check_cluster(Operation::Describe) {
+        Ok(()) => ctx.broker.execute(Command::ListReassignments { partitions: wanted }).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
         Ok(Reply::Reassigning(moves)) => resp.topics = group(moves),
         other => {
             let e = match other {
@@ -114,7 +124,11 @@ fn group(moves: Vec<Ongoing>) -> Vec<OngoingTopicReassignment> {
 pub async fn unregister_broker(ctx: &Ctx<'_>, req: UnregisterBrokerRequest) -> UnregisterBrokerResponse {
     let mut resp = UnregisterBrokerResponse::default();
     resp.error_message = None;
-    match ctx.broker.execute(Command::UnregisterBroker { node_id: req.broker_id.0 }).await {
+    let outcome = match ctx.check_cluster(Operation::Alter) {
+        Ok(()) => ctx.broker.execute(Command::UnregisterBroker { node_id: req.broker_id.0 }).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
         Ok(Reply::Done) => tracing::info!(node = req.broker_id.0, "broker unregistered"),
         Ok(reply) => {
             let e = BrokerError::unexpected_reply(&reply);

@@ -39,6 +39,11 @@ pub async fn sasl_authenticate(_ctx: &Ctx<'_>, _req: SaslAuthenticateRequest) ->
 pub async fn describe(ctx: &Ctx<'_>, req: DescribeUserScramCredentialsRequest) -> DescribeUserScramCredentialsResponse {
     let image = ctx.broker.image();
     let mut resp = DescribeUserScramCredentialsResponse::default();
+    if let Err(e) = ctx.check_cluster(oxbow_meta::acl::Operation::Describe) {
+        resp.error_code = e.code();
+        resp.error_message = Some(s(e.message()));
+        return resp;
+    }
     let result = |user: &str| {
         let mut r = DescribeUserScramCredentialsResult::default();
         r.user = s(user);
@@ -117,9 +122,14 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterUserScramCredentialsRequest) -> Alte
             users.push(user.to_string());
         }
     };
+    let denied = ctx.check_cluster(oxbow_meta::acl::Operation::Alter).err();
     for d in &req.deletions {
         let user = d.name.as_str();
         note(user, &mut users);
+        if let Some(e) = &denied {
+            refuse(user, e.clone(), &mut errors);
+            continue;
+        }
         if let Some(e) = check(user, d.mechanism, &mut seen) {
             refuse(user, e, &mut errors);
         } else if !image.scram.get(user).is_some_and(|c| c.contains_key(&d.mechanism)) {
@@ -137,6 +147,10 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterUserScramCredentialsRequest) -> Alte
     for u in &req.upsertions {
         let user = u.name.as_str();
         note(user, &mut users);
+        if let Some(e) = &denied {
+            refuse(user, e.clone(), &mut errors);
+            continue;
+        }
         if let Some(e) = check(user, u.mechanism, &mut seen) {
             refuse(user, e, &mut errors);
             continue;

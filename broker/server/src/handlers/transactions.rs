@@ -22,6 +22,8 @@ use oxbow_protocol::messages::{
 };
 use oxbow_txn::{ProducerIdAndEpoch, TopicPartition, TxnApi, TxnResult, TxnState};
 
+use oxbow_meta::acl::Operation;
+
 use super::Ctx;
 use super::util::{s, topic_name};
 use crate::clock::now_ms;
@@ -89,22 +91,29 @@ fn topic_results(
     topics: &[AddPartitionsToTxnTopic],
     code: impl Fn(&str, i32) -> i16,
 ) -> Vec<AddPartitionsToTxnTopicResult> {
+    results_by(topics, |name, p| match ctx.broker.topic(name) {
+        Some(k) if p >= 0 && p < k.meta.partitions => code(name, p),
+        _ => BrokerError::unknown_topic(false).code(),
+    })
+}
+
+/// Every partition of `topics` with the code `code` gives it.
+fn results_by(
+    topics: &[AddPartitionsToTxnTopic],
+    code: impl Fn(&str, i32) -> i16,
+) -> Vec<AddPartitionsToTxnTopicResult> {
     topics
         .iter()
         .map(|t| {
             let mut tr = AddPartitionsToTxnTopicResult::default();
             tr.name = t.name.clone();
-            let known = ctx.broker.topic(t.name.as_str());
             tr.results_by_partition = t
                 .partitions
                 .iter()
                 .map(|&p| {
                     let mut pr = AddPartitionsToTxnPartitionResult::default();
                     pr.partition_index = p;
-                    pr.partition_error_code = match &known {
-                        Some(k) if p >= 0 && p < k.meta.partitions => code(t.name.as_str(), p),
-                        _ => BrokerError::unknown_topic(false).code(),
-                    };
+                    pr.partition_error_code = code(t.name.as_str(), p);
                     pr
                 })
                 .collect();
@@ -138,6 +147,27 @@ pub async fn add_partitions_to_txn(ctx: &Ctx<'_>, req: AddPartitionsToTxnRequest
     if ctx.version < 4 {
         let id = req.v3_and_below_transactional_id.to_string();
         let topics = &req.v3_and_below_topics;
+        // WRITE on the transactional id (else every partition fails), then on each topic (the
+        // others are not attempted), as Kafka.
+        if let Err(e) = ctx.check_txn(Operation::Write, &id) {
+            resp.results_by_topic_v3_and_below = results_by(topics, |_, _| e.code());
+            return resp;
+        }
+        let denied: Vec<&str> =
+            topics.iter().map(|t| t.name.as_str()).filter(|n| !ctx.topic_allowed(Operation::Write, n)).collect();
+        if !denied.is_empty() {
+            resp.results_by_topic_v3_and_below = results_by(topics, |name, p| {
+                let known = ctx.broker.topic(name).is_some_and(|t| p >= 0 && p < t.meta.partitions);
+                if denied.contains(&name) {
+                    BrokerError::TopicAuthorizationFailed.code()
+                } else if !known {
+                    BrokerError::unknown_topic(false).code()
+                } else {
+                    not_attempted()
+                }
+            });
+            return resp;
+        }
         let (parts, all_known) = known_partitions(ctx, topics);
         let code = if !all_known {
             not_attempted()
@@ -148,7 +178,11 @@ pub async fn add_partitions_to_txn(ctx: &Ctx<'_>, req: AddPartitionsToTxnRequest
         resp.results_by_topic_v3_and_below = topic_results(ctx, topics, |_, _| code);
         return resp;
     }
-    // v4+: from brokers, several transactions, each verified or added.
+    // v4+: from brokers (CLUSTER_ACTION), several transactions, each verified or added.
+    if let Err(e) = ctx.check_cluster(Operation::ClusterAction) {
+        resp.error_code = e.code();
+        return resp;
+    }
     for t in &req.transactions {
         let id = t.transactional_id.to_string();
         let (parts, all_known) = known_partitions(ctx, &t.topics);
@@ -176,6 +210,14 @@ pub async fn add_partitions_to_txn(ctx: &Ctx<'_>, req: AddPartitionsToTxnRequest
 
 pub async fn add_offsets_to_txn(ctx: &Ctx<'_>, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse {
     let mut resp = AddOffsetsToTxnResponse::default();
+    // WRITE on the transactional id, READ on the group, as Kafka.
+    let auth = ctx
+        .check_txn(Operation::Write, req.transactional_id.as_str())
+        .and_then(|()| ctx.check_group(Operation::Read, req.group_id.as_str()));
+    if let Err(e) = auth {
+        resp.error_code = e.code();
+        return resp;
+    }
     let partitions = ctx.broker.config.groups.topic_partitions;
     let add = oxbow_txn::AddOffsets {
         transactional_id: req.transactional_id.to_string(),
@@ -193,6 +235,10 @@ pub async fn end_txn(ctx: &Ctx<'_>, req: EndTxnRequest) -> EndTxnResponse {
     let mut resp = EndTxnResponse::default();
     resp.producer_id = ProducerId(-1);
     resp.producer_epoch = -1;
+    if let Err(e) = ctx.check_txn(Operation::Write, req.transactional_id.as_str()) {
+        resp.error_code = e.code();
+        return resp;
+    }
     let end = oxbow_txn::EndTxn {
         transactional_id: req.transactional_id.to_string(),
         producer_id: req.producer_id.0,
@@ -218,6 +264,8 @@ pub async fn write_txn_markers(ctx: &Ctx<'_>, req: WriteTxnMarkersRequest) -> Wr
     let now = now_ms();
     let mut resp = WriteTxnMarkersResponse::default();
     let mut waits = Vec::new();
+    // From transaction coordinators: CLUSTER_ACTION (every partition refused without it).
+    let cluster_action = ctx.check_cluster(Operation::ClusterAction);
     for m in &req.markers {
         let mut mr = WritableTxnMarkerResult::default();
         mr.producer_id = m.producer_id;
@@ -235,6 +283,7 @@ pub async fn write_txn_markers(ctx: &Ctx<'_>, req: WriteTxnMarkersRequest) -> Wr
                     commit: m.transaction_result,
                 };
                 let appended = match &topic {
+                    _ if cluster_action.is_err() => Err(BrokerError::ClusterAuthorizationFailed),
                     None => Err(BrokerError::unknown_topic(false)),
                     // The group coordinator writes its partitions' markers and settles the
                     // transaction's offsets with them; the task finishes even if this request
@@ -290,6 +339,11 @@ pub async fn describe_transactions(ctx: &Ctx<'_>, req: DescribeTransactionsReque
         st.producer_id = ProducerId(-1);
         st.producer_epoch = -1;
         st.transaction_start_time_ms = -1;
+        if let Err(e) = ctx.check_txn(Operation::Describe, id.as_str()) {
+            st.error_code = e.code();
+            resp.transaction_states.push(st);
+            continue;
+        }
         match ctx.broker.txns.describe(id.as_str()).await {
             Ok(d) => {
                 let m = &d.meta;
@@ -350,7 +404,8 @@ pub async fn list_transactions(ctx: &Ctx<'_>, req: ListTransactionsRequest) -> L
         let include = (producers.is_empty() || producers.contains(&m.producer_id))
             && (states.is_empty() || states.contains(&m.state))
             && (duration < 0 || now - m.start_timestamp > duration)
-            && pattern.as_ref().is_none_or(|r| r.is_match(&d.transactional_id));
+            && pattern.as_ref().is_none_or(|r| r.is_match(&d.transactional_id))
+            && ctx.txn_allowed(Operation::Describe, &d.transactional_id);
         if include {
             let mut st = list_transactions_response::TransactionState::default();
             st.transactional_id = TransactionalId(s(d.transactional_id.clone()));

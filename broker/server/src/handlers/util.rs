@@ -21,10 +21,5 @@ pub fn entry<T>(list: &mut Vec<T>, is: impl Fn(&T) -> bool, new: impl FnOnce() -
     &mut list[i]
 }
 
-/// "All operations" bitfield for authorized-operations fields when asked (no authorizer).
-pub const ALL_TOPIC_OPERATIONS: i32 =
-    (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 10) | (1 << 11);
-pub const ALL_CLUSTER_OPERATIONS: i32 =
-    (1 << 4) | (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
 /// Kafka's "not requested" value for authorized operations.
 pub const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;

@@ -4,6 +4,7 @@
 //! The session reaches every handler through `handlers::Ctx`; `handlers::dispatch` is the one
 //! place where an authorizer checks it before a request runs.
 
+pub mod authorizer;
 pub mod dn;
 pub mod principal;
 pub mod sasl;
