@@ -1,6 +1,7 @@
-"""Security between brokers: a 3-node cluster whose inter-broker listener is SASL_SSL (TLS with
+"""Security between nodes: a 3-node cluster whose inter-broker listener is SASL_SSL (TLS with
 hostname verification, then a SASL PLAIN login taken from the listener's JAAS line, as Kafka's
-brokers log in), under the replication fault test: an idempotent acks=all load, the leader of
+brokers log in) and whose CONTROLLER listener (the metadata quorum) is SSL, under the replication
+fault test: an idempotent acks=all load, the leader of
 partition 0 SIGKILLed, no acknowledged record lost. Followers can only reach their leaders on
 the SASL_SSL listener (it is the only inter-broker endpoint), so a full ISR proves replication
 runs over it. Clients use the PLAINTEXT listener.
@@ -11,6 +12,8 @@ first start logs in once the node has joined.
 
 from __future__ import annotations
 
+import socket
+import ssl
 import subprocess
 
 import pytest
@@ -29,11 +32,13 @@ PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required 
 def secured_overrides(certs) -> dict[str, str]:
     return {
         "replica.lag.time.max.ms": "5000",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:SSL",
         "inter.broker.listener.name": "SASL_SSL",
         "sasl.enabled.mechanisms": "PLAIN",
         "sasl.mechanism.inter.broker.protocol": "PLAIN",
         "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+        # Oxbow's controller listener is always mutual TLS; Kafka's is when told so.
+        "listener.name.controller.ssl.client.auth": "required",
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(certs / "server.keystore.pem"),
         "ssl.truststore.type": "PEM",
@@ -55,7 +60,35 @@ def cluster(request, tmp_path):
     c.close()
 
 
+def tls_handshake(host: str, port: int, certs, client_cert: bool) -> str:
+    """'ok', or why a TLS handshake with the CA's trust (and the client certificate) failed."""
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+    if client_cert:
+        ctx.load_cert_chain(str(certs / "client.crt"), str(certs / "client.key"))
+    try:
+        with socket.create_connection((host, port), timeout=10) as raw:
+            with ctx.wrap_socket(raw, server_hostname=host) as tls:
+                # TLS 1.3: a refused client certificate shows on the first read.
+                tls.settimeout(2)
+                tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                try:
+                    tls.recv(1)
+                except socket.timeout:
+                    pass
+        return "ok"
+    except (ssl.SSLError, OSError) as e:
+        return str(e)
+
+
 def test_replication_over_sasl_ssl_loses_no_acknowledged_record_when_a_leader_is_killed(cluster):
+    certs = cluster.root / "certs"
+    # The quorum runs on mutual TLS: a client with the CA's certificate is served, one without
+    # a certificate is refused.
+    n = cluster.node(2)
+    assert tls_handshake(n.host, n.controller_port, certs, True) == "ok"
+    refused = tls_handshake(n.host, n.controller_port, certs, False)
+    assert refused != "ok", "the controller listener served a client without a certificate"
+    print(f"\ncontroller listener without a client certificate: {refused}")
     adm = AdminClient({"bootstrap.servers": cluster.bootstrap()})
     create_replicated(adm, "secured")
     # A client of the SASL_SSL listener is told every broker's SASL_SSL endpoint.

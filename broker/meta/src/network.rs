@@ -15,7 +15,7 @@ use openraft::raft::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
 
 use crate::raft::TypeConfig;
 use crate::rpc::Payload;
@@ -30,27 +30,71 @@ pub fn decode<T: DeserializeOwned>(p: &Payload) -> Result<T, serde_json::Error> 
     serde_json::from_slice(&p.data)
 }
 
+/// TLS on the CONTROLLER listener (mapped to SSL in `listener.security.protocol.map`): PEM
+/// read at startup. It is mutual: every node presents its certificate, the controller listener
+/// requires one signed by `ca` from every peer (controllers and brokers), and a client checks
+/// that the controller's certificate names the host it dialled.
+#[derive(Clone)]
+pub struct ControllerTls {
+    pub ca: Vec<u8>,
+    pub cert_chain: Vec<u8>,
+    pub key: Vec<u8>,
+}
+
+impl std::fmt::Debug for ControllerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ControllerTls { key: [hidden], .. }")
+    }
+}
+
+impl ControllerTls {
+    /// The server side of the controller listener.
+    pub fn server(&self) -> ServerTlsConfig {
+        ServerTlsConfig::new()
+            .identity(Identity::from_pem(&self.cert_chain, &self.key))
+            .client_ca_root(Certificate::from_pem(&self.ca))
+    }
+
+    fn client(&self, host: &str) -> ClientTlsConfig {
+        ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&self.ca))
+            .identity(Identity::from_pem(&self.cert_chain, &self.key))
+            .domain_name(host)
+    }
+}
+
 /// A lazily connected gRPC channel to `addr` (`host:port`), from `local_ip` if given (so a
-/// node's quorum traffic leaves from its own address).
-pub fn channel(addr: &str, local_ip: Option<IpAddr>) -> Result<Channel, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))?
+/// node's quorum traffic leaves from its own address), over TLS if the controllers use it.
+pub fn channel(
+    addr: &str,
+    local_ip: Option<IpAddr>,
+    tls: Option<&ControllerTls>,
+) -> Result<Channel, tonic::transport::Error> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))?
         .local_address(local_ip)
         .connect_timeout(Duration::from_secs(2))
         .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(5))
-        .connect_lazy())
+        .http2_keep_alive_interval(Duration::from_secs(5));
+    if let Some(t) = tls {
+        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
+        endpoint = endpoint.tls_config(t.client(host))?;
+    }
+    Ok(endpoint.connect_lazy())
 }
 
 pub struct NetworkFactory {
     pub local_ip: Option<IpAddr>,
+    pub tls: Option<ControllerTls>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = Connection;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> Connection {
-        let client =
-            channel(&node.addr, self.local_ip).ok().map(|c| QuorumClient::new(c).max_decoding_message_size(256 << 20));
+        let client = channel(&node.addr, self.local_ip, self.tls.as_ref())
+            .ok()
+            .map(|c| QuorumClient::new(c).max_decoding_message_size(256 << 20));
         Connection { target, client }
     }
 }

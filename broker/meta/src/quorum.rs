@@ -60,6 +60,8 @@ pub struct QuorumConfig {
     /// Bytes of records between snapshots (`metadata.log.max.record.bytes.between.snapshots`).
     pub snapshot_bytes: u64,
     pub election_timeout_ms: u64,
+    /// TLS on the CONTROLLER listener and on every connection to one.
+    pub tls: Option<crate::network::ControllerTls>,
 }
 
 /// Errors that stop the quorum from starting.
@@ -73,6 +75,8 @@ pub enum QuorumError {
     Raft(String),
     #[error("cannot bind the controller listener {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("controller listener TLS: {0}")]
+    Tls(String),
 }
 
 /// Why a command did not take effect.
@@ -254,11 +258,13 @@ impl Quorum {
             let service = QuorumServer::new(Service { q: q.clone() }).max_decoding_message_size(256 << 20);
             let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
             let stop = shutdown.clone();
+            let mut server = tonic::transport::Server::builder();
+            if let Some(tls) = &q.inner.cfg.tls {
+                server = server.tls_config(tls.server()).map_err(|e| QuorumError::Tls(e.to_string()))?;
+            }
             tasks.spawn(async move {
-                let r = tonic::transport::Server::builder()
-                    .add_service(service)
-                    .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
-                    .await;
+                let r =
+                    server.add_service(service).serve_with_incoming_shutdown(incoming, stop.cancelled_owned()).await;
                 if let Err(e) = r {
                     tracing::error!(error = %e, "controller listener failed");
                 }
@@ -635,7 +641,8 @@ impl Quorum {
             return Some(c.clone());
         }
         let addr = self.inner.addrs.lock().get(&node)?.clone();
-        let c = QuorumClient::new(channel(&addr, self.inner.cfg.local_ip).ok()?).max_decoding_message_size(256 << 20);
+        let channel = channel(&addr, self.inner.cfg.local_ip, self.inner.cfg.tls.as_ref()).ok()?;
+        let c = QuorumClient::new(channel).max_decoding_message_size(256 << 20);
         clients.insert(node, c.clone());
         Some(c)
     }
@@ -892,7 +899,7 @@ async fn start_raft(cfg: &QuorumConfig, published: Arc<Published>) -> Result<(Ra
     };
     let config = Arc::new(config.validate().map_err(|e| QuorumError::Raft(e.to_string()))?);
     let id = cfg.node_id as u64;
-    let raft = Raft::new(id, config, NetworkFactory { local_ip: cfg.local_ip }, log, sm)
+    let raft = Raft::new(id, config, NetworkFactory { local_ip: cfg.local_ip, tls: cfg.tls.clone() }, log, sm)
         .await
         .map_err(|e| QuorumError::Raft(e.to_string()))?;
     let initialized = raft.is_initialized().await.map_err(|e| QuorumError::Raft(e.to_string()))?;
@@ -1002,6 +1009,7 @@ mod tests {
                 unclean_leader_election: false,
                 snapshot_bytes: 1 << 30,
                 election_timeout_ms: 1_000,
+                tls: None,
             };
             nodes.push(Quorum::start(cfg, tasks, stop.clone()).await?);
         }

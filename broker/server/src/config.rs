@@ -260,7 +260,7 @@ impl BrokerConfig {
             .iter()
             .map(|l| advertised_listeners.iter().find(|a| a.name == l.name).unwrap_or(l).clone())
             .collect();
-        let security = security::parse(&explicit, &values, &listeners, &controller_listeners)?;
+        let security = security::parse(&explicit, &values, &listeners)?;
         let node_id = req_int("node.id")? as i32;
         let voters = match get("controller.quorum.voters") {
             Some(v) => parse_voters(&v)

@@ -118,6 +118,13 @@ async fn quorum_config(c: &BrokerConfig) -> anyhow::Result<QuorumConfig> {
         unclean_leader_election: c.unclean_leader_election,
         snapshot_bytes: c.snapshot_bytes,
         election_timeout_ms: c.election_timeout_ms,
+        tls: c
+            .security
+            .controller_tls
+            .as_ref()
+            .map(security::tls::controller_tls)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
     })
 }
 

@@ -121,6 +121,8 @@ pub struct SecurityConfig {
     pub inter_broker_listener: Option<String>,
     /// How to reach the other brokers on it.
     pub inter_broker_client: Option<InterBrokerClient>,
+    /// TLS of the controller listener (metadata quorum traffic), served and dialled alike.
+    pub controller_tls: Option<ClientTlsSettings>,
     /// `connections.max.reauth.ms` (0: sessions do not expire).
     pub reauth_ms: i64,
     pub failed_auth_delay_ms: u64,
@@ -169,18 +171,36 @@ pub fn parse(
     explicit: &BTreeMap<String, String>,
     values: &Values,
     client: &[Listener],
-    controller: &[Listener],
 ) -> Result<SecurityConfig, ConfigError> {
     let get = |k: &str| values.get(k).cloned().flatten();
     let map = protocol_map(&get("listener.security.protocol.map").unwrap_or_default())?;
-    for l in controller {
-        if map.get(&l.name).is_some_and(|p| *p != SecurityProtocol::Plaintext) {
+    // The controller listener (the first of controller.listener.names, whether or not this node
+    // hosts it: broker-only nodes dial it): PLAINTEXT, or SSL (always mutual).
+    let controller_name = get("controller.listener.names").unwrap_or_default();
+    let controller_name = controller_name.split(',').next().unwrap_or_default().trim();
+    let controller_tls = match map.get(controller_name) {
+        None | Some(SecurityProtocol::Plaintext) => None,
+        Some(SecurityProtocol::Ssl) => {
+            let prefix = listener_prefix(controller_name);
+            let t = tls_settings(explicit, values, &prefix)?;
+            let truststore = t.truststore.clone().ok_or_else(|| {
+                inconsistent(
+                    format!("{prefix}ssl.truststore.location"),
+                    "TLS on the controller listener is mutual: every node needs the CA the others' certificates chain to",
+                )
+            })?;
+            Some(ClientTlsSettings { prefix, truststore, key: t.key, chain: t.chain, verify_hostname: true })
+        }
+        Some(p) => {
             return Err(inconsistent(
                 "listener.security.protocol.map",
-                format!("controller listener {}: only PLAINTEXT is supported for controller traffic so far", l.name),
+                format!(
+                    "controller listener {controller_name}: {} is not supported for controller traffic; use PLAINTEXT or SSL (mutual TLS)",
+                    p.name()
+                ),
             ));
         }
-    }
+    };
     let mut listeners = BTreeMap::new();
     for l in client {
         let protocol = *map.get(&l.name).ok_or_else(|| {
@@ -227,6 +247,7 @@ pub fn parse(
         listeners,
         inter_broker_listener,
         inter_broker_client,
+        controller_tls,
         reauth_ms: int("connections.max.reauth.ms"),
         failed_auth_delay_ms: int("connection.failed.authentication.delay.ms") as u64,
         sasl_max_receive: int("sasl.server.max.receive.size") as usize,
@@ -312,7 +333,6 @@ fn tls_settings(
             _ => Ok(()),
         }
     };
-    pem_only("ssl.keystore.type")?;
     let (key, chain) = match (
         get("ssl.keystore.location"),
         get("ssl.keystore.key"),
@@ -333,6 +353,7 @@ fn tls_settings(
             ));
         }
     };
+    pem_only("ssl.keystore.type")?;
     if let Some((k, _)) = get("ssl.key.password") {
         return Err(inconsistent(
             k,
@@ -541,5 +562,82 @@ mod tests {
         assert!(protocol_map("A:SSL,B:SASL_SSL").is_ok_and(|m| m["B"] == SecurityProtocol::SaslSsl));
         assert!(protocol_map("A:TLS").is_err());
         assert!(protocol_map("A").is_err());
+    }
+
+    fn refused(pairs: &[(&str, &str)]) -> String {
+        let m = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        match crate::config::BrokerConfig::from_map(m) {
+            Ok(_) => panic!("accepted: {pairs:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn bad_security_settings_stop_startup_naming_the_key() {
+        let two = ("listeners", "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093");
+        let e = refused(&[("listeners", "PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093")]);
+        assert!(e.contains("listener.security.protocol.map") && e.contains("INTERNAL"), "{e}");
+        let e = refused(&[two]);
+        assert!(e.contains("listener.name.ssl.ssl.keystore.location"), "{e}");
+        let e = refused(&[two, ("ssl.keystore.location", "/k.pem")]);
+        assert!(e.contains("ssl.keystore.type") && e.contains("PEM"), "{e}");
+        let sasl = ("listeners", "PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9093");
+        let e = refused(&[sasl]);
+        assert!(e.contains("sasl.enabled.mechanisms") && e.contains("GSSAPI"), "{e}");
+        let e = refused(&[sasl, ("sasl.enabled.mechanisms", "PLAIN")]);
+        assert!(e.contains("listener.name.sasl_plaintext.plain.sasl.jaas.config"), "{e}");
+        let e = refused(&[
+            sasl,
+            ("sasl.enabled.mechanisms", "SCRAM-SHA-512"),
+            ("inter.broker.listener.name", "SASL_PLAINTEXT"),
+        ]);
+        assert!(e.contains("sasl.mechanism.inter.broker.protocol"), "{e}");
+        let e = refused(&[
+            two,
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.location", "/k.pem"),
+            ("ssl.key.password", "x"),
+        ]);
+        assert!(e.contains("ssl.key.password") && e.contains("encrypted"), "{e}");
+        let e = refused(&[("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL")]);
+        assert!(e.contains("controller listener CONTROLLER") && e.contains("SSL"), "{e}");
+        let e = refused(&[
+            two,
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.location", "/k.pem"),
+            ("listener.name.ssl.ssl.client.auth", "sometimes"),
+        ]);
+        assert!(e.contains("listener.name.ssl.ssl.client.auth"), "{e}");
+    }
+
+    #[test]
+    fn listeners_get_their_own_settings_and_inter_broker_credentials() {
+        let m = [
+            ("listeners", "PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9094"),
+            ("inter.broker.listener.name", "SASL_SSL"),
+            ("sasl.mechanism.inter.broker.protocol", "PLAIN"),
+            ("listener.name.sasl_ssl.sasl.enabled.mechanisms", "PLAIN"),
+            (
+                "listener.name.sasl_ssl.plain.sasl.jaas.config",
+                r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" password="pw" user_broker="pw";"#,
+            ),
+            ("ssl.keystore.type", "PEM"),
+            ("listener.name.sasl_ssl.ssl.keystore.location", "/tls/node.pem"),
+            ("ssl.truststore.type", "PEM"),
+            ("ssl.truststore.location", "/tls/ca.pem"),
+            ("ssl.endpoint.identification.algorithm", ""),
+        ];
+        let c = crate::config::BrokerConfig::from_map(m.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+            .unwrap();
+        assert!(c.unknown.is_empty(), "{:?}", c.unknown);
+        let l = &c.security.listeners["SASL_SSL"];
+        assert_eq!(l.protocol, SecurityProtocol::SaslSsl);
+        assert_eq!(l.tls.as_ref().unwrap().key, Pem::File("/tls/node.pem".into()));
+        assert_eq!(l.sasl.as_ref().unwrap().plain_users.len(), 1);
+        let ib = c.security.inter_broker_client.unwrap();
+        let login = ib.sasl.unwrap();
+        assert_eq!((login.user.as_str(), login.password.expose()), ("broker", "pw"));
+        assert!(!ib.tls.unwrap().verify_hostname);
+        assert!(!format!("{:?}", c.security.listeners).contains("pw"), "a password printed");
     }
 }

@@ -188,3 +188,25 @@ pub fn inter_broker_security(
     };
     Ok(oxbow_protocol::connection::ClientSecurity { tls, sasl: c.sasl.clone() })
 }
+
+/// The controller listener's TLS as the metadata quorum takes it (PEM bytes, checked here so a
+/// bad file stops startup naming its key).
+pub fn controller_tls(
+    c: &crate::config::security::ClientTlsSettings,
+) -> Result<oxbow_meta::network::ControllerTls, String> {
+    let p = &c.prefix;
+    let key_key = if location(&c.key).is_some() { "ssl.keystore.location" } else { "ssl.keystore.key" };
+    let chain_key =
+        if location(&c.chain).is_some() { "ssl.keystore.location" } else { "ssl.keystore.certificate.chain" };
+    let ca = read(&c.truststore, "ssl.truststore.location", p)?;
+    let cert_chain = read(&c.chain, chain_key, p)?;
+    let key = read(&c.key, key_key, p)?;
+    if CertificateDer::pem_slice_iter(&cert_chain).next().is_none() {
+        return Err(format!("{p}{chain_key}: no certificate (-----BEGIN CERTIFICATE-----) found"));
+    }
+    if CertificateDer::pem_slice_iter(&ca).next().is_none() {
+        return Err(format!("{p}ssl.truststore.location: no CA certificate found"));
+    }
+    PrivateKeyDer::from_pem_slice(&key).map_err(|e| format!("{p}{key_key}: no usable private key: {e}"))?;
+    Ok(oxbow_meta::network::ControllerTls { ca, cert_chain, key })
+}
