@@ -3,11 +3,15 @@
 
     tests/bench/run --out docs/benchmarks.md            # the full benchmark (tens of minutes)
     tests/bench/run --smoke --out /tmp/bench-smoke.md   # the smoke run in tests/run-all
+    tests/bench/run --only-tls --out /tmp/bench-tls.md  # produce and consume over TLS alone
 
 Each round starts one broker with a fresh data dir, runs every workload on it, measures peak RSS,
 then SIGKILLs it and times the restart (recovery); rounds alternate Oxbow, Kafka, Oxbow, ... and
 each figure is the median over rounds. Writes a Markdown report to --out and the same figures as
 JSON beside it: rows of {workload, metric, unit, oxbow, kafka, ratio}, ratio > 1 = Oxbow better.
+After each broker's round comes a TLS round: a fresh broker with an SSL listener next to the
+PLAINTEXT one (certificates from tests/clients/security_certs.py), 1 KiB produced and consumed
+over TLS with rdkafka_performance, and the same records consumed over PLAINTEXT for comparison.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "clients"))
+import security_certs  # noqa: E402 - the test PKI of the security suites
 JAVA_DIR = ROOT / "tests" / "bench" / "java"
 KAFKA_VERSION = "4.1.1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -48,6 +54,21 @@ COMMON = {
     # flush policy: none (page cache, fsync in the background), Kafka's default and ours
 }
 PRODUCER = {"linger.ms": "5", "batch.size": "65536"}
+# The TLS round: both brokers' server keys (Kafka's; Oxbow reads the same), PEM files from
+# security_certs.generate() in the run's temporary directory; no client certificates.
+TLS_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,CONTROLLER:PLAINTEXT"
+
+
+def tls_server_conf(certs: Path) -> dict:
+    return {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(certs / "server.keystore.pem"),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(certs / "ca.pem"),
+            "ssl.client.auth": "none"}
+
+
+def tls_client_conf(certs: Path) -> dict:
+    """librdkafka over TLS, verifying the broker's certificate and its SAN (IP:127.0.0.1)."""
+    return {"security.protocol": "ssl", "ssl.ca.location": str(certs / "ca.pem"),
+            "ssl.endpoint.identification.algorithm": "https"}
 
 
 def log(msg: str) -> None:
@@ -115,10 +136,12 @@ def serving(port: int) -> bool:
 class Broker:
     name = "?"
 
-    def __init__(self, workdir: Path, classpath: str):
+    def __init__(self, workdir: Path, classpath: str, certs: Path | None = None):
         self.workdir = workdir
         self.classpath = classpath
         self.port = free_port()
+        self.certs = certs  # set: an SSL listener on ssl_port as well
+        self.ssl_port = free_port() if certs else 0
         self.data = workdir / f"{self.name}-data"
         self.proc: subprocess.Popen | None = None
         self.logfile = workdir / f"{self.name}.log"
@@ -160,6 +183,19 @@ class Broker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def tls_bootstrap(self) -> str:
+        assert self.certs, "no SSL listener"
+        return f"127.0.0.1:{self.ssl_port}"
+
+    def wait_tls(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.ssl_port)) == 0:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name}: SSL listener 127.0.0.1:{self.ssl_port} not accepting; see {self.logfile}")
+
 
 class Oxbow(Broker):
     name = "oxbow"
@@ -167,6 +203,9 @@ class Oxbow(Broker):
 
     def command(self) -> list[str]:
         o = {**COMMON, "listeners": f"PLAINTEXT://127.0.0.1:{self.port}", "log.dirs": str(self.data)}
+        if self.certs:
+            o["listeners"] += f",SSL://127.0.0.1:{self.ssl_port}"
+            o.update({"listener.security.protocol.map": TLS_PROTOCOL_MAP, **tls_server_conf(self.certs)})
         args = [str(self.binary)]
         for k, v in o.items():
             args += ["--override", f"{k}={v}"]
@@ -176,8 +215,8 @@ class Oxbow(Broker):
 class Kafka(Broker):
     name = "kafka"
 
-    def __init__(self, workdir: Path, classpath: str):
-        super().__init__(workdir, classpath)
+    def __init__(self, workdir: Path, classpath: str, certs: Path | None = None):
+        super().__init__(workdir, classpath, certs)
         self.cport = free_port()
         self.props = workdir / "kafka-server.properties"
         self.log4j = workdir / "kafka-log4j.properties"
@@ -197,6 +236,11 @@ class Kafka(Broker):
             "group.initial.rebalance.delay.ms": "0",
             "default.replication.factor": "1",
         }
+        if certs:
+            conf["listeners"] += f",SSL://127.0.0.1:{self.ssl_port}"
+            conf["advertised.listeners"] += f",SSL://127.0.0.1:{self.ssl_port}"
+            conf.update({"listener.security.protocol.map": TLS_PROTOCOL_MAP, "inter.broker.listener.name": "PLAINTEXT",
+                         **tls_server_conf(certs)})
         self.props.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
         self.log4j.write_text("log4j.rootLogger=WARN, stdout\nlog4j.appender.stdout=org.apache.log4j.ConsoleAppender\n"
                               "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout\n"
@@ -253,10 +297,12 @@ class Produce:
     compression: str
     records: int
     tool: str = "java"  # "java": Kafka's ProducerPerformance; "librdkafka": rdkafka_performance
+    tls: bool = False  # over the SSL listener (librdkafka only)
 
     @property
     def name(self) -> str:
-        return f"produce {self.size}B acks={self.acks} p={self.partitions} {self.compression} ({self.tool})"
+        tls = " TLS" if self.tls else ""
+        return f"produce {self.size}B acks={self.acks} p={self.partitions} {self.compression}{tls} ({self.tool})"
 
 
 @dataclass
@@ -272,7 +318,11 @@ def run_produce_rdkafka(b: Broker, w: Produce, topic: str, res: Results) -> None
     create_topic(b, topic, w.partitions)
     cpu0, _ = b.stats()
     props = {**PRODUCER, "enable.idempotence": "true" if w.acks == "all" else "false"}
-    cmd = [RDKAFKA_PERF, "-P", "-t", topic, "-b", b.bootstrap(), "-s", str(w.size), "-c", str(w.records),
+    if w.tls:
+        assert b.certs
+        props.update(tls_client_conf(b.certs))
+    cmd = [RDKAFKA_PERF, "-P", "-t", topic, "-b", b.tls_bootstrap() if w.tls else b.bootstrap(),
+           "-s", str(w.size), "-c", str(w.records),
            "-a", "-1" if w.acks == "all" else w.acks, "-z", w.compression, "-q"]
     for k, v in props.items():
         cmd += ["-X", f"{k}={v}"]
@@ -326,6 +376,32 @@ def run_consume(b: Broker, cp: str, topic: str, records: int, res: Results) -> N
     if not m:
         raise RuntimeError(f"cannot parse AssignConsumerPerf output: {out}")
     res.add(f"consume 1024B, {records} records", "fetch.MB.sec", "MB/s", "higher", b.name, float(m.group(1)))
+
+
+def run_consume_rdkafka(b: Broker, topic: str, w: Produce, tls: bool, res: Results) -> None:
+    """Reads the `w.records` records `w` wrote to `topic` from the beginning with rdkafka_performance
+    (legacy consumer, every partition started on one queue, librdkafka's fetch defaults), over the
+    SSL listener if `tls`. Timed by the tool from the first record to the last."""
+    cpu0, _ = b.stats()
+    cmd = [RDKAFKA_PERF, "-C", "-t", topic, "-b", b.tls_bootstrap() if tls else b.bootstrap(),
+           "-o", "beginning", "-c", str(w.records), "-q"]
+    for p in range(w.partitions):
+        cmd += ["-p", str(p)]
+    if tls:
+        assert b.certs
+        for k, v in tls_client_conf(b.certs).items():
+            cmd += ["-X", f"{k}={v}"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    cpu1, _ = b.stats()
+    out = r.stdout + r.stderr
+    m = re.search(r"(\d+) messages \((\d+) bytes\) consumed in (\d+)ms: (\d+) msgs/s", out)
+    if r.returncode != 0 or not m or int(m.group(1)) != w.records or int(m.group(2)) != w.records * w.size:
+        raise RuntimeError(f"rdkafka_performance -C failed ({r.returncode}): {out[-2000:]}")
+    ms = max(int(m.group(3)), 1)
+    name = f"consume {w.size}B, {w.records} records, p={w.partitions}{' TLS' if tls else ''} (librdkafka)"
+    res.add(name, "throughput", "records/s", "higher", b.name, w.records * 1000 / ms)
+    res.add(name, "throughput", "MB/s", "higher", b.name, w.records * w.size * 1000 / ms / 2**20)
+    res.add(name, "broker CPU per GB read", "CPU s/GB", "lower", b.name, (cpu1 - cpu0) / (w.records * w.size / 1e9))
 
 
 def run_latency(b: Broker, cp: str, rate: int, seconds: int, res: Results) -> None:
@@ -406,6 +482,40 @@ def txn_round(cls, binary_cp: str, workdir: Path, args, res: Results) -> None:
         b.start()
         log(f"{b.name}: transactions ({args.txn_records} records per run, {args.open_txn_ids} open ids)")
         run_transactions(b, binary_cp, args.txn_records, [100, 10_000], args.open_txn_ids, res)
+    finally:
+        b.stop()
+        b.kill()
+
+
+def tls_workloads(args) -> list[Produce]:
+    """The TLS round's produce: the 1 KiB acks=1 p=1 uncompressed librdkafka workload of the
+    plaintext rounds (same records), over TLS; with --only-tls its plaintext twin first."""
+    tls = Produce(1024, "1", 1, "none", args.records_1k, "librdkafka", tls=True)
+    plain = Produce(1024, "1", 1, "none", args.records_1k, "librdkafka")
+    return [plain, tls] if args.only_tls else [tls]
+
+
+def tls_round(cls, binary_cp: str, workdir: Path, certs: Path, args, res: Results) -> None:
+    """A fresh broker with a PLAINTEXT and an SSL listener: produce over TLS (and, with
+    --only-tls, the same workload over PLAINTEXT), then the TLS topic consumed over PLAINTEXT and
+    over TLS, both with rdkafka_performance.
+
+    The TLS produce rate is set by the client: librdkafka calls SSL_write once per segment of its
+    request buffer, and whether a 1 KiB payload is copied into the buffer or becomes a segment of
+    its own (one TLS record and one write() each, plus one for its record header) depends on how
+    the buffer's size estimate falls, which the topic name's length shifts. Short names ran up to
+    1.5x faster on both brokers; the names below are fixed, so both brokers see the same layout."""
+    b = cls(workdir, binary_cp, certs)
+    try:
+        b.start()
+        b.wait_tls()
+        for i, w in enumerate(tls_workloads(args)):
+            log(f"{b.name}: {w.name} ({w.records} records)")
+            run_produce(b, binary_cp, w, f"bench-tls-p{i}", res)
+            if w.tls:
+                for tls in (False, True):
+                    log(f"{b.name}: consume {w.records} records over {'TLS' if tls else 'PLAINTEXT'} (librdkafka)")
+                    run_consume_rdkafka(b, f"bench-tls-p{i}", w, tls, res)
     finally:
         b.stop()
         b.kill()
@@ -543,6 +653,11 @@ def move_round(kind: str, cp: str, workdir: Path, args, res: Results) -> None:
         pair.stop()
 
 
+def ssl_version() -> str:
+    r = subprocess.run([security_certs.OPENSSL, "version"], capture_output=True, text=True)
+    return r.stdout.split()[1] if r.returncode == 0 and len(r.stdout.split()) > 1 else "unknown"
+
+
 def machine() -> dict:
     cpu = "unknown"
     try:
@@ -595,8 +710,9 @@ def report(rows: list[dict], meta: dict) -> str:
     for prefix, metric, unit, minimum, desc in TARGETS:
         tools = ("(java)", "(librdkafka)") if prefix.startswith("produce") else ("",)
         for tool in tools:
+            # the targets are for PLAINTEXT; the TLS rows stand on their own
             ratios = [r["ratio"] for r in rows if r["workload"].startswith(prefix) and r["workload"].endswith(tool)
-                      and r["metric"] == metric and r["unit"] == unit]
+                      and " TLS" not in r["workload"] and r["metric"] == metric and r["unit"] == unit]
             label = f"{desc}, {tool[1:-1]} producer, worst case" if tool else desc
             if not ratios:
                 out.append(f"| {label} | n/a | not measured in this run |")
@@ -623,6 +739,8 @@ def main() -> int:
     ap.add_argument("--move-throttle-mb", type=float, default=100.0, help="MiB/s throttle of the throttled move")
     ap.add_argument("--only-move", action="store_true", help="only the partition reassignment workload")
     ap.add_argument("--only-txn", action="store_true", help="only the transactional workloads")
+    ap.add_argument("--only-tls", action="store_true",
+                    help="only the TLS round (1 KiB produce and consume over TLS, with the same produce over PLAINTEXT)")
     ap.add_argument("--no-build", action="store_true", help="use the existing oxbow-broker binary")
     args = ap.parse_args()
     if args.smoke:
@@ -651,6 +769,7 @@ def main() -> int:
 
     res = Results()
     with tempfile.TemporaryDirectory(prefix="oxbow-bench-") as tmp:
+        certs = security_certs.generate(Path(tmp) / "certs")
         for r in range(args.rounds):
             order = (Oxbow, Kafka) if r % 2 == 0 else (Kafka, Oxbow)
             for cls in order:
@@ -661,9 +780,18 @@ def main() -> int:
                     txn_round(cls, cp, d, args, res)
                     shutil.rmtree(d, ignore_errors=True)
                     continue
+                if args.only_tls:
+                    log(f"round {r + 1}/{args.rounds}: {cls.name}, TLS")
+                    tls_round(cls, cp, d, certs, args, res)
+                    shutil.rmtree(d, ignore_errors=True)
+                    continue
                 if not args.only_move:
                     log(f"round {r + 1}/{args.rounds}: {cls.name}")
                     round_for(cls, cp, d, args, res, produce)
+                    shutil.rmtree(d, ignore_errors=True)
+                    d.mkdir()
+                    log(f"round {r + 1}/{args.rounds}: {cls.name}, TLS")
+                    tls_round(cls, cp, d, certs, args, res)
                     shutil.rmtree(d, ignore_errors=True)
                     d.mkdir()
                 log(f"round {r + 1}/{args.rounds}: {cls.name}, partition reassignment (two nodes)")
@@ -691,6 +819,7 @@ def main() -> int:
             f"recovery: {args.recovery_gb} GB of 1 KiB records in one partition, SIGKILL, time from restart to serving Metadata",
             f"rounds: {args.rounds} per broker, alternating; figures are medians; before every produce run: sync and drop clean page cache (both brokers alike)",
             "broker CPU: utime+stime of the broker process during each produce run, per GB of record payload",
+            f"TLS: after each round a fresh broker with an SSL listener next to the PLAINTEXT one (both brokers: ssl.keystore.type=PEM, EC P-256 server key and certificate from tests/clients/security_certs.py, ssl.client.auth=none; librdkafka with OpenSSL {ssl_version()}, security.protocol=ssl, ssl.ca.location, hostname verification on); {args.records_1k} records of 1024 B produced over TLS by rdkafka_performance (acks=1, 1 partition, no compression, the producer settings above; with --only-tls the same workload over PLAINTEXT first), then read from the beginning by rdkafka_performance -C (librdkafka's fetch defaults; timed from the first record to the last) over PLAINTEXT and over TLS; broker CPU per GB read as for produce",
             f"reassignment: two nodes of a kind (node 1 broker and the controller quorum, node 2 broker-only; Kafka with the JVM above on each), one partition of {args.move_gb} GiB of 1 KiB records on node 1 moved to node 2 with kafka-reassign-partitions --execute, then back with --throttle {args.move_throttle_mb} MiB/s; time from launching the tool (its JVM start included, the same for both) until Metadata shows the new replica alone and in sync",
         ],
         "smoke": args.smoke,
@@ -703,7 +832,8 @@ def main() -> int:
     broken = [r for r in rows if not (r["oxbow"] > 0 and r["kafka"] > 0)]
     for r in rows:
         print(f"  {r['workload']:<45} {r['metric']:<28} {r['unit']:<10} oxbow={r['oxbow']:<12} kafka={r['kafka']:<12} ratio={r['ratio']}")
-    if broken or len(rows) < (2 if args.only_move else 5 if args.only_txn else 13):
+    # TLS round: 3 rows each for the TLS produce and the two consumes (+3 for the plaintext twin)
+    if broken or len(rows) < (2 if args.only_move else 5 if args.only_txn else 12 if args.only_tls else 22):
         print(f"benchmark incomplete: {len(rows)} rows, missing or non-positive values in {[(r['workload'], r['metric']) for r in broken]}")
         return 1
     return 0
