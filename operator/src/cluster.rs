@@ -2,11 +2,13 @@
 //! server-side apply -> status.
 
 pub mod desired;
+pub mod listeners;
 pub mod moves;
 pub mod placement;
 pub mod rebalance;
 pub mod restart;
 pub mod status;
+pub mod tls;
 pub mod voters;
 
 use std::collections::BTreeMap;
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::{Action, Controller};
@@ -30,16 +32,26 @@ use crate::kafka::{Admin, ConfigChanges};
 use desired::{Desired, Names, Settings};
 use restart::Decision;
 
-/// `host:port` of a Cluster's bootstrap Service, as the operator (in the cluster) reaches it.
-pub fn bootstrap_address(cluster: &str, ns: &str, settings: &Settings) -> String {
-    format!("{}.{ns}.svc.{}:{}", Names::of(cluster).bootstrap, settings.cluster_domain, desired::KAFKA_PORT)
+/// `host:port` of a Cluster's bootstrap Service on the listener the operator uses
+/// (REPLICATION on a secured Cluster), as the operator (in the cluster) reaches it.
+pub fn bootstrap_address(cluster: &Cluster, settings: &Settings) -> String {
+    let ns = cluster.namespace().unwrap_or_default();
+    let port = listeners::admin_port(cluster);
+    format!("{}.{ns}.svc.{}:{port}", Names::of(&cluster.name_any()).bootstrap, settings.cluster_domain)
+}
+
+/// An admin client of the Cluster, through its bootstrap Service, secured as the Cluster
+/// needs ([`tls::admin_security`]).
+pub async fn admin(ctx: &Context, cluster: &Cluster) -> Result<Admin, Error> {
+    let security = tls::admin_security(&ctx.client, cluster).await?;
+    Ok(Admin::connect(&bootstrap_address(cluster, &ctx.settings), &security).await?)
 }
 
 /// Brings the cluster-wide dynamic broker configs to the dynamic part of `spec.config`;
 /// returns the keys it changed.
-async fn sync_dynamic_configs(cluster: &Cluster, ns: &str, ctx: &Context) -> Result<Vec<String>, Error> {
+async fn sync_dynamic_configs(cluster: &Cluster, ctx: &Context) -> Result<Vec<String>, Error> {
     let want = desired::dynamic_config(cluster);
-    let mut admin = Admin::connect(&bootstrap_address(&cluster.name_any(), ns, &ctx.settings)).await?;
+    let mut admin = admin(ctx, cluster).await?;
     let have: BTreeMap<String, String> = admin.broker_configs("").await?.into_iter().map(|(k, v, _)| (k, v)).collect();
     let changes = ConfigChanges::between(&want, &have);
     if changes.is_empty() {
@@ -63,13 +75,19 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         }
     };
     let (sts, pods) = owned(&client);
+    let secrets: Api<Secret> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
     let selector = watcher::Config::default().labels("app.kubernetes.io/managed-by=oxbow-operator");
+    // A secured Cluster's certificate Secrets: a renewal asked for (`oxbow.io/force-renew`) or
+    // a Secret deleted is acted on at once.
+    let certificates = watcher::Config::default()
+        .labels("app.kubernetes.io/managed-by=oxbow-operator,app.kubernetes.io/component=certificates");
     Controller::new(api(&client), watcher::Config::default())
         .owns(sts, selector.clone())
-        .watches(pods, selector, |pod: Pod| {
-            let cluster = pod.labels().get("app.kubernetes.io/instance")?.clone();
-            Some(ObjectRef::<Cluster>::new(&cluster).within(&pod.namespace()?))
-        })
+        .watches(pods, selector, |pod: Pod| cluster_of(&pod))
+        .watches(secrets, certificates, |s: Secret| cluster_of(&s))
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
@@ -79,6 +97,12 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
             }
         })
         .await;
+}
+
+/// The Cluster an object it owns belongs to (its `app.kubernetes.io/instance` label).
+fn cluster_of<K: Resource>(o: &K) -> Option<ObjectRef<Cluster>> {
+    let cluster = o.labels().get("app.kubernetes.io/instance")?.clone();
+    Some(ObjectRef::<Cluster>::new(&cluster).within(&o.namespace()?))
 }
 
 fn error_policy(cluster: Arc<Cluster>, err: &Error, _ctx: Arc<Context>) -> Action {
@@ -103,7 +127,14 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     let names = Names::of(&name);
     let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     let current = sts_api.get_opt(&names.stateful_set).await?.and_then(|s| s.spec).and_then(|s| s.replicas);
-    let mut admin = Admin::connect(&bootstrap_address(&name, &ns, &ctx.settings)).await.ok();
+    // A secured Cluster's certificates first: brokers cannot start without them.
+    if cluster.spec.secured() {
+        for (reason, note) in tls::reconcile(client, &cluster, &ctx.settings).await? {
+            tracing::info!(cluster = %name, reason, note, "certificates");
+            ctx.event(cluster.as_ref(), reason, "Certificates", note).await;
+        }
+    }
+    let mut admin = admin(&ctx, &cluster).await.ok();
     let quorum = match admin.as_mut() {
         Some(a) => a.describe_quorum().await.ok(),
         None => None,
@@ -241,7 +272,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
 
     // Dynamic configs go to running brokers, once no restart is pending.
     if decision == Decision::Done {
-        match sync_dynamic_configs(&cluster, &ns, &ctx).await {
+        match sync_dynamic_configs(&cluster, &ctx).await {
             Ok(changed) if !changed.is_empty() => {
                 tracing::info!(cluster = %name, keys = ?changed, "applied dynamic broker configs");
                 let note = format!("applied {} to the running brokers, no restart", changed.join(", "));

@@ -14,6 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+mod security;
+pub use security::*;
+
 /// API group of every Oxbow resource.
 pub const GROUP: &str = "oxbow.io";
 
@@ -64,6 +67,10 @@ pub const RESERVED_CONFIG_KEYS: &[&str] = &[
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("!has(self.controllers) || self.replicas >= self.controllers.replicas")
     .message("replicas must be at least controllers.replicas: every controller is also a broker"))]
+#[x_kube(validation = kube::core::Rule::new("(has(self.listeners) && size(self.listeners) > 0) == (has(oldSelf.listeners) && size(oldSelf.listeners) > 0)")
+    .message("listeners can only be set when the Cluster is created: the metadata quorum cannot move to TLS in a rolling restart"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.authorization) || (has(self.listeners) && size(self.listeners) > 0)")
+    .message("authorization needs listeners (the operator manages ACLs as a TLS super user)"))]
 pub struct ClusterSpec {
     /// Number of broker pods (node ids 0..replicas-1). The first `controllers.replicas` of them
     /// are also the metadata quorum's voters; the others follow it. Scaling up spreads existing
@@ -115,6 +122,33 @@ pub struct ClusterSpec {
     /// How partitions move when brokers come and go.
     #[serde(default)]
     pub rebalance: RebalanceSpec,
+
+    /// Client listeners. Unset: one listener `PLAINTEXT` on 9092 (no TLS, no authentication),
+    /// and brokers talk to each other and to the quorum in clear. Set: brokers replicate over
+    /// a mutual-TLS listener `REPLICATION` (9091), the metadata quorum runs on mutual TLS
+    /// (9093), both with certificates from the cluster CA, and the operator administers the
+    /// cluster through REPLICATION as a super user. Names and ports must be unique. Only set
+    /// when the Cluster is created.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[x_kube(validation = kube::core::Rule::new("self.all(l, self.exists_one(m, m.name == l.name) && self.exists_one(m, m.port == l.port))")
+        .message("listener names and ports must be unique"))]
+    pub listeners: Vec<ListenerSpec>,
+
+    /// ACLs (Kafka's StandardAuthorizer): what `User` resources grant, nothing else. Unset:
+    /// every client may do everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization: Option<AuthorizationSpec>,
+
+    /// The cluster CA: signs the brokers' (and the operator's) certificates; clients trust it.
+    /// Used with `listeners`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_ca: Option<CaSpec>,
+
+    /// The clients CA: signs the certificates of `User`s with `tls` authentication; listeners
+    /// with `tls` authentication trust it (and only it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients_ca: Option<CaSpec>,
 
     /// Rack awareness: each broker's `broker.rack` is its node's zone (or region), so the
     /// replicas of a new partition go to different racks where possible, and broker pods are
@@ -221,6 +255,11 @@ pub struct ControllersSpec {
 }
 
 impl ClusterSpec {
+    /// Whether the Cluster runs with TLS inside (any `listeners`).
+    pub fn secured(&self) -> bool {
+        !self.listeners.is_empty()
+    }
+
     /// Voters of the metadata quorum (1 without `controllers`).
     pub fn controller_count(&self) -> i32 {
         self.controllers.as_ref().map_or(1, |c| c.replicas)

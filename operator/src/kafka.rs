@@ -6,6 +6,9 @@
 //! ElectLeaders, UnregisterBroker, DescribeLogDirs), one connection per reconcile, every call
 //! bounded by a timeout. It speaks to brokers exactly as any Kafka admin client does.
 
+mod users;
+pub use users::AclBinding;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -26,7 +29,7 @@ use kafka_protocol::messages::{
     RemoveRaftVoterRequest, TopicName, UnregisterBrokerRequest,
 };
 use kafka_protocol::protocol::{Request, StrBytes};
-use oxbow_protocol::connection::{Connection, ConnectionError};
+use oxbow_protocol::connection::{ClientSecurity, Connection, ConnectionError};
 
 /// How long any one request may take, connect included.
 const TIMEOUT: Duration = Duration::from_secs(15);
@@ -167,6 +170,8 @@ fn check(
 
 pub struct Admin {
     conn: Connection,
+    /// TLS and login of the connection, for connections to other brokers of the cluster.
+    security: ClientSecurity,
 }
 
 fn name(s: &str) -> TopicName {
@@ -178,9 +183,16 @@ fn sb(s: &str) -> StrBytes {
 }
 
 impl Admin {
-    /// Connects to `addr` (`host:port`).
-    pub async fn connect(addr: &str) -> Result<Admin, KafkaError> {
-        Ok(Admin { conn: Connection::connect(addr, "oxbow-operator", TIMEOUT).await? })
+    /// Connects to `addr` (`host:port`) as `security` says (TLS with the operator's
+    /// certificate on a secured Cluster, clear text otherwise).
+    pub async fn connect(addr: &str, security: &ClientSecurity) -> Result<Admin, KafkaError> {
+        let conn = Connection::connect_secured(addr, "oxbow-operator", TIMEOUT, security).await?;
+        Ok(Admin { conn, security: security.clone() })
+    }
+
+    /// Another connection, to `addr`, secured as this one.
+    pub async fn sibling(&self, addr: &str) -> Result<Admin, KafkaError> {
+        Admin::connect(addr, &self.security).await
     }
 
     fn protocol(&self, reason: impl std::fmt::Display) -> KafkaError {

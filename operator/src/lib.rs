@@ -4,6 +4,11 @@
 //! - [`cluster`]: the Cluster controller. Pure parts: [`cluster::desired`] (objects from a spec),
 //!   [`cluster::restart`] (which pod may restart now), [`cluster::status`]; the reconciler applies
 //!   them with server-side apply under one field manager.
+//! - [`certs`] (pure): certificate authorities and the certificates they sign;
+//!   [`cluster::tls`] keeps a secured Cluster's in Secrets, [`cluster::listeners`] turns
+//!   `spec.listeners` into broker settings.
+//! - [`user`]: the User controller: credentials in a Secret, SCRAM credentials and ACLs in
+//!   the cluster through the admin protocol.
 //! - [`k8s`]: the shared [`k8s::Context`], server-side apply of objects and status under one
 //!   field manager, Events.
 //! - [`leader`]: leader election through a Lease, so replicas can run and one reconciles.
@@ -13,6 +18,7 @@
 //! The operator shares no code with the broker beyond the Kafka protocol: it talks to brokers as
 //! any Kafka admin client would.
 
+pub mod certs;
 pub mod cluster;
 pub mod conditions;
 pub mod crd;
@@ -22,6 +28,7 @@ pub mod kafka;
 pub mod leader;
 pub mod telemetry;
 pub mod topic;
+pub mod user;
 
 /// Errors of a reconcile pass; every one is retried with back-off.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +41,8 @@ pub enum Error {
     MissingNamespace,
     #[error("Kafka: {0}")]
     Kafka(#[from] kafka::KafkaError),
+    #[error("certificates: {0}")]
+    Certificates(String),
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }

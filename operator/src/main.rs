@@ -13,7 +13,7 @@ use oxbow_operator::leader::LeaderElector;
 const USAGE: &str = "usage: oxbow-operator [--namespace NS] [--broker-image IMAGE] [--cluster-domain DOMAIN]
                       [--lease NAME | --no-leader-election]
 
-Reconciles oxbow.io Cluster and Topic resources. Watches every namespace unless --namespace
+Reconciles oxbow.io Cluster, Topic and User resources. Watches every namespace unless --namespace
 (or WATCH_NAMESPACE) names one. Defaults: --broker-image from OXBOW_BROKER_IMAGE,
 --cluster-domain cluster.local. Leader election: replicas share the Lease --lease (default
 oxbow-operator) in POD_NAMESPACE, identified by POD_NAME; only the holder reconciles. Without
@@ -124,7 +124,8 @@ async fn run() -> anyhow::Result<()> {
     let controllers = async {
         tokio::join!(
             cluster::run(ctx.clone(), args.namespace.clone()),
-            oxbow_operator::topic::run(ctx.clone(), args.namespace.clone())
+            oxbow_operator::topic::run(ctx.clone(), args.namespace.clone()),
+            oxbow_operator::user::run(ctx.clone(), args.namespace.clone())
         )
     };
     match &elector {

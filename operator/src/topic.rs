@@ -17,7 +17,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
 use crate::Error;
-use crate::cluster::bootstrap_address;
+use crate::cluster::{admin, bootstrap_address, tls};
 use crate::conditions::condition;
 use crate::crd::{Cluster, DELETION_POLICY_ANNOTATION, Topic, TopicStatus};
 use crate::k8s::{Context, apply_status};
@@ -90,14 +90,21 @@ async fn apply(topic: &Topic, ctx: &Context, ns: &str) -> Result<Action, Error> 
     let client = &ctx.client;
     let name = topic.kafka_name();
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), ns);
-    if clusters.get_opt(&topic.spec.cluster).await?.is_none() {
+    let Some(cluster) = clusters.get_opt(&topic.spec.cluster).await? else {
         let msg = format!("Cluster {} does not exist in namespace {ns}", topic.spec.cluster);
         write_status(client, ns, topic, status_with(topic, false, "ClusterNotFound", msg)).await?;
         return Ok(Action::requeue(Duration::from_secs(30)));
-    }
-    let addr = bootstrap_address(&topic.spec.cluster, ns, &ctx.settings);
+    };
+    let security = match tls::admin_security(client, &cluster).await {
+        Ok(s) => s,
+        Err(e) => {
+            write_status(client, ns, topic, status_with(topic, false, "ClusterUnreachable", e.to_string())).await?;
+            return Ok(Action::requeue(Duration::from_secs(10)));
+        }
+    };
+    let addr = bootstrap_address(&cluster, &ctx.settings);
     let result = async {
-        let mut admin = Admin::connect(&addr).await?;
+        let mut admin = Admin::connect(&addr, &security).await?;
         let observed = observe(&mut admin, &name).await?;
         let Plan { steps, refusals } = plan::plan(&topic.spec, observed.as_ref().map(|(_, o)| o));
         for step in &steps {
@@ -186,14 +193,13 @@ async fn cleanup(topic: &Topic, ctx: &Context, ns: &str) -> Result<Action, Error
         return Ok(Action::await_change());
     }
     let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), ns);
-    match clusters.get_opt(&topic.spec.cluster).await? {
+    let cluster = match clusters.get_opt(&topic.spec.cluster).await? {
         // The cluster is gone or going: its topics go with it, and nothing may block on it.
         None => return Ok(Action::await_change()),
         Some(c) if c.metadata.deletion_timestamp.is_some() => return Ok(Action::await_change()),
-        Some(_) => {}
-    }
-    let addr = bootstrap_address(&topic.spec.cluster, ns, &ctx.settings);
-    let mut admin = Admin::connect(&addr).await.map_err(Error::Kafka)?;
+        Some(c) => c,
+    };
+    let mut admin = admin(ctx, &cluster).await?;
     admin.delete_topic(&name).await.map_err(Error::Kafka)?;
     tracing::info!(topic = %name, "deleted Kafka topic with its Topic resource");
     Ok(Action::await_change())

@@ -2,41 +2,23 @@
 //! Topic needs, with the results read back. The broker binary comes from OXBOW_BROKER_BIN
 //! (tests/run-all sets it) or the workspace's target/release; without one the test fails.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use oxbow_operator::kafka::Admin;
 
 struct Broker {
-    child: Child,
+    _process: common::Process,
     addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn broker_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("OXBOW_BROKER_BIN") {
-        return p.into();
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| oxbow_operator::manifest_dir().join("../target"));
-    target.join("release/oxbow-broker")
 }
 
 async fn start() -> Broker {
-    let bin = broker_bin();
+    let bin = common::broker_bin();
     assert!(bin.exists(), "no broker binary at {} (cargo build --release -p oxbow-server)", bin.display());
-    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0);
+    let port = common::free_port();
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
     let child = Command::new(&bin)
         .args(["--override", &format!("listeners=PLAINTEXT://127.0.0.1:{port}")])
@@ -51,7 +33,7 @@ async fn start() -> Broker {
         assert!(Instant::now() < deadline, "broker did not listen on {addr}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Broker { child, addr, _dir: dir }
+    Broker { _process: common::Process { child, dir }, addr }
 }
 
 fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -61,7 +43,7 @@ fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
 #[tokio::test]
 async fn topic_lifecycle_through_the_admin_client() {
     let b = start().await;
-    let mut admin = Admin::connect(&b.addr).await.unwrap_or_else(|e| panic!("{e}"));
+    let mut admin = Admin::connect(&b.addr, &Default::default()).await.unwrap_or_else(|e| panic!("{e}"));
 
     assert_eq!(admin.describe_topic("orders").await.ok(), Some(None));
     admin.create_topic("orders", 2, 1, &map(&[("retention.ms", "3600000")])).await.unwrap_or_else(|e| panic!("{e}"));
@@ -91,7 +73,7 @@ async fn topic_lifecycle_through_the_admin_client() {
 #[tokio::test]
 async fn dynamic_broker_configs_and_the_operators_list_of_dynamic_keys() {
     let b = start().await;
-    let mut admin = Admin::connect(&b.addr).await.unwrap_or_else(|e| panic!("{e}"));
+    let mut admin = Admin::connect(&b.addr, &Default::default()).await.unwrap_or_else(|e| panic!("{e}"));
     // The operator restarts brokers for every key it does not know to be dynamic: its list
     // must be exactly what the broker can change at runtime.
     let node = admin.broker_configs("1").await.unwrap_or_else(|e| panic!("{e}"));

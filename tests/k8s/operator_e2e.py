@@ -27,6 +27,9 @@ the images tests/k8s/load-images built.
   - Topics, checked with Kafka's own kafka-topics (TopicCommand): created with configs, grown,
     configs changed and removed, a shrink refused with a readable condition, an existing topic
     adopted, a missing Cluster reported, deletion policies `delete` and `retain`;
+  - a secured Cluster beside it (tests/k8s/security_e2e.py): listeners with TLS, SCRAM and
+    client certificates, replication and the quorum on TLS, `User` resources granting one topic
+    and not another, deletion revoking, a CA renewal served by every broker without a restart;
   - `helm upgrade` restarts the operator but no broker; with two replicas one holds the Lease
     and the other takes over (and reconciles) when the leader stops;
   - the operator's traces (a span per reconcile) and metrics (reconcile counters by controller
@@ -48,6 +51,7 @@ import time
 
 from kubetest import Suite
 from otlp_sink import Sink
+from security_e2e import run_security
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 from bench import java_classpath  # noqa: E402  (Kafka's tools jars, as the benchmark uses them)
@@ -683,6 +687,11 @@ def main():
         fail("changing controllers.replicas changed server.properties")
     load.finish()
 
+    # A second Cluster, secured (tests/k8s/security_e2e.py), beside this one.
+    run_security(T, NS)
+    if pod_uids() != broker_uids:
+        fail("the secured Cluster's steps restarted a broker of events")
+
     step("helm upgrade restarts the operator and no broker")
     op_before = {p["metadata"]["uid"] for p in kjson("get", "pods", "-n", OP_NS)["items"]}
     run("helm", "upgrade", "oxbow", CHART, "-n", OP_NS, *HELM_SET, "--set", "logLevel=debug", "--wait",
@@ -759,7 +768,7 @@ def main():
     step("helm uninstall removes the operator and keeps the CRDs")
     run("helm", "uninstall", "oxbow", "-n", OP_NS, "--wait", "--timeout", "120s")
     crds = {c["metadata"]["name"] for c in kjson("get", "crd")["items"]}
-    if not {"clusters.oxbow.io", "topics.oxbow.io"} <= crds:
+    if not {"clusters.oxbow.io", "topics.oxbow.io", "users.oxbow.io"} <= crds:
         fail(f"CRDs after uninstall: {crds}")
     wait("operator pods gone after uninstall", lambda: not kjson("get", "pods", "-n", OP_NS)["items"], 120)
     kubectl("delete", "namespace", OP_NS, "--timeout=120s")

@@ -287,7 +287,9 @@ impl ServerExchange {
         if B64.decode(cbind).ok().as_deref() != Some(gs2.as_bytes()) {
             return Err(ScramError::Malformed("channel binding does not match the GS2 header"));
         }
-        if r != nonce {
+        // Kafka accepts a nonce that ends with the server's (`endsWith` in its ScramSaslServer):
+        // librdkafka before 2.1 sends its own nonce again in front of the server's.
+        if !r.ends_with(nonce.as_str()) {
             return Err(ScramError::Nonce);
         }
         let proof = B64.decode(proof).map_err(|_| ScramError::Malformed("proof is not base64"))?;
@@ -392,6 +394,37 @@ mod tests {
         );
         assert!(c.verify_server_final(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=").is_ok());
         assert!(c.verify_server_final(b"v=AAAATRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=").is_err());
+    }
+
+    /// librdkafka 2.0 (Debian's kcat) repeats its nonce in front of the server's in the final
+    /// message, and signs what it sent: Kafka accepts it, and so must we.
+    #[test]
+    fn a_final_nonce_that_ends_with_the_servers_is_accepted_as_kafka_does() {
+        let mech = Mechanism::Sha512;
+        let password = "pw";
+        let credential = Credential::new(mech, &Secret::new(password), 4096).unwrap();
+        let cnonce = "m7^;p<.ZQ}hCF\\tMDU/4=xuV_;p@JHOX";
+        let first = format!("n,,n=u,r={cnonce}");
+        let mut server = ServerExchange::new(mech);
+        let parsed = ServerExchange::parse_client_first(first.as_bytes()).unwrap();
+        let sf = String::from_utf8(server.server_first(parsed, credential.clone()).unwrap()).unwrap();
+        let snonce = sf.strip_prefix("r=").and_then(|r| r.split(',').next()).unwrap().to_string();
+        let sign = |without_proof: &str| {
+            let salted = mech.salted_password(password.as_bytes(), &credential.salt, 4096);
+            let client_key = mech.hmac(&salted, b"Client Key");
+            let auth = format!("n=u,r={cnonce},{sf},{without_proof}");
+            let sig = mech.hmac(&mech.hash(&client_key), auth.as_bytes());
+            let proof: Vec<u8> = client_key.iter().zip(&sig).map(|(k, s)| k ^ s).collect();
+            format!("{without_proof},p={}", B64.encode(proof))
+        };
+        let doubled = format!("c=biws,r={cnonce}{snonce}");
+        assert_eq!(server.client_final(sign(&doubled).as_bytes()).map(|(_, u)| u), Ok("u".to_string()));
+        // Anything that does not end with the server's nonce is still refused.
+        let mut server = ServerExchange::new(mech);
+        let parsed = ServerExchange::parse_client_first(first.as_bytes()).unwrap();
+        let _ = server.server_first(parsed, credential.clone()).unwrap();
+        let wrong = format!("c=biws,r={cnonce}x");
+        assert_eq!(server.client_final(sign(&wrong).as_bytes()), Err(ScramError::Nonce));
     }
 
     fn exchange(mech: Mechanism, stored: &Secret, tried: &Secret) -> Result<String, ScramError> {

@@ -18,8 +18,8 @@ use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdate
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
     ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, Service, ServicePort, ServiceSpec, TCPSocketAction, TopologySpreadConstraint, Volume,
-    VolumeMount, VolumeResourceRequirements,
+    ResourceRequirements, SecretVolumeSource, Service, ServicePort, ServiceSpec, TCPSocketAction,
+    TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -28,6 +28,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
+use super::listeners;
 use crate::crd::Cluster;
 
 /// Kafka port of every broker.
@@ -69,6 +70,11 @@ pub struct Names {
     pub headless: String,
     pub bootstrap: String,
     pub stateful_set: String,
+    /// The brokers' certificate, key and trust bundles (Secret), with `listeners`.
+    pub broker_tls: String,
+    /// The CAs the operator makes itself (Secrets), with `listeners`.
+    pub cluster_ca: String,
+    pub clients_ca: String,
 }
 
 impl Names {
@@ -78,6 +84,9 @@ impl Names {
             headless: format!("{cluster}-brokers"),
             bootstrap: format!("{cluster}-bootstrap"),
             stateful_set: format!("{cluster}-broker"),
+            broker_tls: format!("{cluster}-broker-tls"),
+            cluster_ca: format!("{cluster}-cluster-ca"),
+            clients_ca: format!("{cluster}-clients-ca"),
         }
     }
 }
@@ -144,14 +153,13 @@ pub fn initial_voters(config_map: &ConfigMap) -> Option<String> {
 /// cluster ([`quorum_voters`] of the spec).
 pub fn server_properties(cluster: &Cluster, settings: &Settings, voters: Option<&str>) -> String {
     let mut props: BTreeMap<String, String> = BTreeMap::from([
-        ("listeners".into(), format!("PLAINTEXT://0.0.0.0:{KAFKA_PORT},CONTROLLER://0.0.0.0:{CONTROLLER_PORT}")),
         ("log.dirs".into(), format!("{DATA_DIR}/data")),
         ("oxbow.http.listener".into(), format!("0.0.0.0:{HEALTH_PORT}")),
         ("process.roles".into(), "broker,controller".into()),
-        ("controller.listener.names".into(), "CONTROLLER".into()),
         ("controller.quorum.voters".into(), voters.map_or_else(|| quorum_voters(cluster, settings), str::to_string)),
         ("cluster.id".into(), cluster_id(cluster)),
     ]);
+    props.extend(listeners::properties(cluster, &cluster.name_any()));
     for (k, v) in &cluster.spec.config {
         props.insert(k.clone(), v.clone());
     }
@@ -255,14 +263,14 @@ pub fn desired(cluster: &Cluster, settings: &Settings, voters: Option<&str>) -> 
         target_port: Some(IntOrString::Int(port)),
         ..Default::default()
     };
-    let kafka_port = || port("kafka", KAFKA_PORT);
+    let kafka_ports = || listeners::kafka_ports(cluster).iter().map(|(n, p)| port(n, *p)).collect::<Vec<_>>();
     let headless = Service {
         metadata: meta(cluster, &names.headless),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
             publish_not_ready_addresses: Some(true),
             selector: Some(selector_labels(&name)),
-            ports: Some(vec![kafka_port(), port("controller", CONTROLLER_PORT)]),
+            ports: Some([kafka_ports(), vec![port("controller", CONTROLLER_PORT)]].concat()),
             ..Default::default()
         }),
         ..Default::default()
@@ -272,7 +280,7 @@ pub fn desired(cluster: &Cluster, settings: &Settings, voters: Option<&str>) -> 
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
             selector: Some(selector_labels(&name)),
-            ports: Some(vec![kafka_port()]),
+            ports: Some(kafka_ports()),
             ..Default::default()
         }),
         ..Default::default()
@@ -291,6 +299,23 @@ pub fn desired(cluster: &Cluster, settings: &Settings, voters: Option<&str>) -> 
     };
 
     Desired { config_map, headless, bootstrap, stateful_set, pdb }
+}
+
+fn volume_mounts(cluster: &Cluster) -> Vec<VolumeMount> {
+    let ro = |name: &str, path: &str| VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: Some(true),
+        ..Default::default()
+    };
+    let mut out = vec![
+        VolumeMount { name: "data".into(), mount_path: DATA_DIR.into(), ..Default::default() },
+        ro("config", "/etc/oxbow"),
+    ];
+    if cluster.spec.secured() {
+        out.push(ro("tls", listeners::TLS_DIR));
+    }
+    out
 }
 
 fn env_field(name: &str, path: &str) -> EnvVar {
@@ -314,10 +339,8 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
     let mut annotations = overrides.annotations.clone();
     annotations.insert(CONFIG_HASH_ANNOTATION.into(), hash.into());
 
-    let advertised = format!(
-        "advertised.listeners=PLAINTEXT://$(POD_NAME).{}.{ns}.svc.{}:{KAFKA_PORT}",
-        names.headless, settings.cluster_domain
-    );
+    let host = format!("$(POD_NAME).{}.{ns}.svc.{}", names.headless, settings.cluster_domain);
+    let advertised = format!("advertised.listeners={}", listeners::advertised(cluster, &host));
     let mut args = vec![
         "--config".to_string(),
         "/etc/oxbow/server.properties".to_string(),
@@ -370,11 +393,13 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
         image_pull_policy: spec.image_pull_policy.map(|p| p.as_str().to_string()),
         args: Some(args),
         env: Some(env),
-        ports: Some(vec![
-            ContainerPort { name: Some("kafka".into()), container_port: KAFKA_PORT, ..Default::default() },
-            ContainerPort { name: Some("controller".into()), container_port: CONTROLLER_PORT, ..Default::default() },
-            ContainerPort { name: Some("health".into()), container_port: HEALTH_PORT, ..Default::default() },
-        ]),
+        ports: Some(
+            listeners::kafka_ports(cluster)
+                .into_iter()
+                .chain([("controller".to_string(), CONTROLLER_PORT), ("health".to_string(), HEALTH_PORT)])
+                .map(|(n, p)| ContainerPort { name: Some(n), container_port: p, ..Default::default() })
+                .collect(),
+        ),
         readiness_probe: Some(probe("/readyz", 3)),
         liveness_probe: Some(probe("/livez", 6)),
         // Recovery after an unclean stop may scan the log: give the start time before liveness.
@@ -385,15 +410,7 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
             ..Default::default()
         }),
         resources: spec.resources.clone().or_else(|| Some(ResourceRequirements::default())),
-        volume_mounts: Some(vec![
-            VolumeMount { name: "data".into(), mount_path: DATA_DIR.into(), ..Default::default() },
-            VolumeMount {
-                name: "config".into(),
-                mount_path: "/etc/oxbow".into(),
-                read_only: Some(true),
-                ..Default::default()
-            },
-        ]),
+        volume_mounts: Some(volume_mounts(cluster)),
         ..Default::default()
     };
 
@@ -402,6 +419,14 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
         config_map: Some(ConfigMapVolumeSource { name: names.config_map.clone(), ..Default::default() }),
         ..Default::default()
     }];
+    if spec.secured() {
+        // Certificates change in place (renewals): brokers reload them, no restart.
+        volumes.push(Volume {
+            name: "tls".into(),
+            secret: Some(SecretVolumeSource { secret_name: Some(names.broker_tls.clone()), ..Default::default() }),
+            ..Default::default()
+        });
+    }
     let mut claims = None;
     if spec.storage.ephemeral {
         volumes.push(Volume { name: "data".into(), empty_dir: Some(Default::default()), ..Default::default() });

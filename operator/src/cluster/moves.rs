@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, DeleteParams};
 use kube::{Client, ResourceExt};
 
-use super::desired::{self, KAFKA_PORT, Names, Settings};
+use super::desired::{self, Names, Settings};
 use super::placement::Broker;
 use super::rebalance::{self, Next};
 use super::restart::PodState;
@@ -35,8 +35,9 @@ pub struct Outcome {
 }
 
 /// A client of broker `id` itself (per-broker configs and log dir sizes are its own).
-async fn broker_admin(cluster: &Cluster, settings: &Settings, id: i32) -> Result<Admin, KafkaError> {
-    Admin::connect(&format!("{}:{KAFKA_PORT}", desired::broker_host(cluster, settings, id))).await
+async fn broker_admin(admin: &Admin, cluster: &Cluster, settings: &Settings, id: i32) -> Result<Admin, KafkaError> {
+    let port = super::listeners::admin_port(cluster);
+    admin.sibling(&format!("{}:{port}", desired::broker_host(cluster, settings, id))).await
 }
 
 /// Every topic's `min.insync.replicas`, for the drain's feasibility check.
@@ -99,7 +100,7 @@ pub async fn step(
                 let set: BTreeMap<String, String> =
                     RATE_KEYS.iter().map(|k| (k.to_string(), rate.to_string())).collect();
                 for id in 0..current {
-                    let mut b = broker_admin(cluster, settings, id).await?;
+                    let mut b = broker_admin(admin, cluster, settings, id).await?;
                     b.alter_own_broker_configs(id, &set, &[]).await?;
                 }
                 for (topic, (leaders, followers)) in rebalance::throttled_replicas(&partitions, &moving, &start) {
@@ -138,7 +139,7 @@ pub async fn step(
         let mut sizes = BTreeMap::new();
         let mut known = true;
         for id in 0..current {
-            match broker_admin(cluster, settings, id).await {
+            match broker_admin(admin, cluster, settings, id).await {
                 Ok(mut b) => match b.log_sizes().await {
                     Ok(s) => sizes.extend(s.into_iter().map(|((t, p), n)| ((t, p, id), n))),
                     Err(_) => known = false,
@@ -195,7 +196,7 @@ async fn finish(
     if !status.throttled_topics.is_empty() || previous.is_some_and(|p| p.phase != "Balanced") {
         let delete: Vec<String> = RATE_KEYS.iter().map(|k| k.to_string()).collect();
         for id in 0..current {
-            let r = match broker_admin(cluster, settings, id).await {
+            let r = match broker_admin(admin, cluster, settings, id).await {
                 Ok(mut b) => b.alter_own_broker_configs(id, &BTreeMap::new(), &delete).await,
                 Err(e) => Err(e),
             };

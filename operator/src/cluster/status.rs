@@ -4,7 +4,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::desired::{self, CONFIG_HASH_ANNOTATION, KAFKA_PORT, Names, Settings};
+use super::desired::{self, CONFIG_HASH_ANNOTATION, Names, Settings};
 use super::restart::{Decision, PodState};
 use crate::conditions::condition;
 use crate::crd::{BrokerStatus, Cluster, ClusterStatus, QuorumStatus};
@@ -165,7 +165,13 @@ pub fn status(
         replicas: pods.iter().filter(|p| p.exists).count() as i32,
         ready_brokers: ready,
         selector: desired::selector_string(&cluster.name_any()),
-        bootstrap_servers: Some(format!("{}.{ns}.svc.{}:{KAFKA_PORT}", names.bootstrap, settings.cluster_domain)),
+        bootstrap_servers: Some(
+            super::listeners::client_listeners(cluster)
+                .iter()
+                .map(|l| format!("{}.{ns}.svc.{}:{}", names.bootstrap, settings.cluster_domain, l.port))
+                .next()
+                .unwrap_or_default(),
+        ),
         brokers: pods
             .iter()
             .map(|p| BrokerStatus {
