@@ -89,8 +89,9 @@ def run_security(T, ns):
         return base64.b64decode(data[key]).decode()
 
     def pods():
-        return {p["metadata"]["name"]: p for p in kjson("get", "pods", "-n", ns)["items"]
-                if p["metadata"]["name"] != "client"}
+        """The secured Cluster's broker pods (another Cluster may share the namespace)."""
+        return {p["metadata"]["name"]: p for p in
+                kjson("get", "pods", "-n", ns, "-l", f"app.kubernetes.io/instance={NAME}")["items"]}
 
     def restarts(ps):
         return {n: (p["metadata"]["uid"], sum(c.get("restartCount", 0) for c in p["status"].get("containerStatuses", [])))
