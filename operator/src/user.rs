@@ -95,10 +95,6 @@ async fn not_ready(ctx: &Context, ns: &str, user: &User, reason: &str, message: 
     Ok(Action::requeue(Duration::from_secs(30)))
 }
 
-fn text(secret: Option<&Secret>, key: &str) -> Option<String> {
-    secret?.data.as_ref()?.get(key).and_then(|b| String::from_utf8(b.0.clone()).ok()).filter(|s| !s.is_empty())
-}
-
 async fn apply_user(user: &User, ctx: &Context, ns: &str) -> Result<Action, Error> {
     let client = &ctx.client;
     let name = user.name_any();
@@ -128,7 +124,7 @@ async fn apply_user(user: &User, ctx: &Context, ns: &str) -> Result<Action, Erro
     let mut data: Vec<(&str, String)> = vec![("ca.crt", cluster_ca.bundle.clone())];
     let password = match auth {
         AuthenticationType::ScramSha512 => {
-            let password = match text(existing.as_ref(), "password") {
+            let password = match existing.as_ref().and_then(|s| tls::text(s, "password")) {
                 Some(p) => p,
                 None => plan::new_password().map_err(Error::Certificates)?,
             };
@@ -149,7 +145,10 @@ async fn apply_user(user: &User, ctx: &Context, ns: &str) -> Result<Action, Erro
             let issuer = certs::fingerprint(&ca.cert);
             let spec = cluster.spec.clients_ca.clone().unwrap_or_default();
             let now = OffsetDateTime::now_utc();
-            let kept = match (text(existing.as_ref(), "tls.crt"), text(existing.as_ref(), "tls.key")) {
+            let kept = match (
+                existing.as_ref().and_then(|s| tls::text(s, "tls.crt")),
+                existing.as_ref().and_then(|s| tls::text(s, "tls.key")),
+            ) {
                 (Some(c), Some(k))
                     if existing.as_ref().and_then(|s| s.annotations().get(ISSUER_ANNOTATION)) == Some(&issuer)
                         && certs::not_after(&c).is_ok_and(|t| !certs::due(t, now, spec.renewal_days)) =>

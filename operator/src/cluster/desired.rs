@@ -26,7 +26,6 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
-use sha2::{Digest, Sha256};
 
 use super::listeners;
 use crate::crd::Cluster;
@@ -217,8 +216,7 @@ pub fn dynamic_config(cluster: &Cluster) -> BTreeMap<String, String> {
 
 /// First 16 hex digits of the SHA-256 of the config.
 pub fn config_hash(properties: &str) -> String {
-    let digest = Sha256::digest(properties.as_bytes());
-    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    crate::certs::fingerprint(properties)
 }
 
 fn owner(cluster: &Cluster) -> Option<OwnerReference> {

@@ -70,7 +70,9 @@ fn failed(what: String) -> Error {
     Error::Certificates(what)
 }
 
-fn text(secret: &Secret, key: &str) -> Option<String> {
+/// The text under `key` of a Secret (empty or not UTF-8: none). The User controller reads its
+/// Secrets with it too.
+pub fn text(secret: &Secret, key: &str) -> Option<String> {
     secret.data.as_ref()?.get(key).and_then(|b| String::from_utf8(b.0.clone()).ok()).filter(|s| !s.is_empty())
 }
 
