@@ -2,6 +2,7 @@
 //! server-side apply -> status.
 
 pub mod desired;
+pub mod external;
 pub mod listeners;
 pub mod moves;
 pub mod placement;
@@ -127,9 +128,20 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     let names = Names::of(&name);
     let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     let current = sts_api.get_opt(&names.stateful_set).await?.and_then(|s| s.spec).and_then(|s| s.replicas);
+    // External listeners' Services, and the addresses Kubernetes gave them: the broker
+    // certificate names them, the brokers advertise them.
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pods = pods_api.list(&ListParams::default().labels(&desired::selector_string(&name))).await?.items;
+    let node_ips = pods.iter().filter_map(|p| p.status.as_ref()?.host_ip.clone()).collect();
+    let service_brokers = cluster.spec.replicas.max(current.unwrap_or(0));
+    let mut external_services = Vec::new();
+    for s in external::services(&cluster, service_brokers) {
+        external_services.push(apply::<Service>(client, &ns, &s).await?);
+    }
+    let addresses = external::addresses(&cluster, &ctx.settings, &external_services, service_brokers, &node_ips);
     // A secured Cluster's certificates first: brokers cannot start without them.
     if cluster.spec.secured() {
-        for (reason, note) in tls::reconcile(client, &cluster, &ctx.settings).await? {
+        for (reason, note) in tls::reconcile(client, &cluster, &ctx.settings, &addresses.hosts).await? {
             tracing::info!(cluster = %name, reason, note, "certificates");
             ctx.event(cluster.as_ref(), reason, "Certificates", note).await;
         }
@@ -139,15 +151,21 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
         Some(a) => a.describe_quorum().await.ok(),
         None => None,
     };
-    let mut notes = status::Notes { quorum: quorum.clone(), ..Default::default() };
+    let mut notes =
+        status::Notes { quorum: quorum.clone(), listeners: addresses.statuses.clone(), ..Default::default() };
 
     // Decide and apply the owned objects: a running cluster keeps the initial voters it was
     // started with. A scale-down waits while the brokers that would go hold partitions or are
     // voters.
     let cm_api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let started_with = cm_api.get_opt(&names.config_map).await?.as_ref().and_then(desired::initial_voters);
-    let Desired { config_map, headless, bootstrap, mut stateful_set, pdb } =
+    let Desired { mut config_map, headless, bootstrap, mut stateful_set, pdb } =
         desired::desired(&cluster, &ctx.settings, started_with.as_deref());
+    if external::listeners(&cluster).next().is_some()
+        && let Some(data) = config_map.data.as_mut()
+    {
+        data.insert(external::ADDRESSES_KEY.into(), addresses.file.clone());
+    }
     if let Some(current) = current.filter(|c| *c > cluster.spec.replicas) {
         let held = match admin.as_mut() {
             Some(a) => a.replicas_per_broker().await.ok(),
@@ -163,15 +181,21 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
         }
         notes.scale_down_blocked = blocked;
     }
+    // A new broker starts once its external addresses are known.
+    if let Some(spec) = stateful_set.spec.as_mut() {
+        let want = spec.replicas.unwrap_or(cluster.spec.replicas);
+        spec.replicas = Some(external::replicas_cap(&addresses, want, current));
+    }
+    notes.external = addresses.waiting.first().map(|(b, what)| format!("broker {b} waits for {what}"));
     apply::<ConfigMap>(client, &ns, &config_map).await?;
     apply::<Service>(client, &ns, &headless).await?;
     apply::<Service>(client, &ns, &bootstrap).await?;
     let sts = apply::<StatefulSet>(client, &ns, &stateful_set).await?;
     apply::<PodDisruptionBudget>(client, &ns, &pdb).await?;
 
+    external::delete_departed(client, &cluster, &ns, service_brokers).await?;
+
     // Observe the pods and decide whether one restarts.
-    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let pods = pods_api.list(&ListParams::default().labels(&desired::selector_string(&name))).await?.items;
     let observed = status::observe(&cluster, &sts, &pods, quorum.as_ref());
     let controllers = cluster.spec.controller_count();
     // The replicated partitions, asked only while a restart is pending.
@@ -288,7 +312,12 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
 
     Ok(match decision {
         Decision::Done if moving => Action::requeue(Duration::from_secs(5)),
-        Decision::Done if notes.config.is_none() && notes.scale_down_blocked.is_none() && notes.voters.is_none() => {
+        Decision::Done
+            if notes.config.is_none()
+                && notes.scale_down_blocked.is_none()
+                && notes.voters.is_none()
+                && notes.external.is_none() =>
+        {
             Action::requeue(Duration::from_secs(60))
         }
         Decision::Done => Action::requeue(Duration::from_secs(10)),

@@ -367,6 +367,9 @@ pub struct ClusterStatus {
     /// `host:port,...` a client inside the cluster bootstraps from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap_servers: Option<String>,
+    /// How clients reach each listener (`spec.listeners`, with the external addresses).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<ListenerStatus>,
     /// One entry per broker.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub brokers: Vec<BrokerStatus>,

@@ -36,6 +36,8 @@ fn cluster() -> Cluster {
         port,
         tls: true,
         authentication: Some(Authentication { type_: auth }),
+        type_: Default::default(),
+        configuration: None,
     };
     Cluster::new(
         "c",

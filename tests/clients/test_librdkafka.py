@@ -16,7 +16,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import ConfigResource, ConfigSource, NewPartitions, ResourceType
+from confluent_kafka.admin import ConfigResource, ConfigSource, NewPartitions, NewTopic, ResourceType
 
 from oxbow_harness import (
     DeliveryLog,
@@ -149,6 +149,31 @@ def test_list_topics_metadata(broker):
     # A single-topic request answers for that topic only.
     md1 = admin_client(broker).list_topics(topic="md-topic", timeout=10)
     assert list(md1.topics) == ["md-topic"]
+
+
+def test_config_providers_resolve_file_and_env_references(broker_factory, tmp_path):
+    """Kafka's FileConfigProvider and EnvVarConfigProvider in the broker's own settings (KIP-297,
+    KIP-421, KIP-887), as the operator uses them for each broker's external address: num.partitions
+    from a properties file, log.retention.ms from the environment."""
+    values = tmp_path / "values.properties"
+    values.write_text("partitions=3\n")
+    broker = broker_factory({
+        "config.providers": "file,env",
+        "config.providers.file.class": "org.apache.kafka.common.config.provider.FileConfigProvider",
+        "config.providers.env.class": "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
+        "num.partitions": f"${{file:{values}:partitions}}",
+        "log.retention.ms": "${env:OXBOW_TEST_RETENTION_MS}",
+    }, start=False)
+    broker.env["OXBOW_TEST_RETENTION_MS"] = "7200000"
+    broker.start()
+    admin = admin_client(broker)
+    fs = admin.create_topics([NewTopic("provided", num_partitions=-1, replication_factor=-1)])
+    fs["provided"].result(timeout=20)
+    md = admin.list_topics(topic="provided", timeout=10)
+    assert len(md.topics["provided"].partitions) == 3, "num.partitions from ${file:...} should be 3"
+    res = ConfigResource(ResourceType.TOPIC, "provided")
+    entries = admin.describe_configs([res], request_timeout=15)[res].result(timeout=20)
+    assert entries["retention.ms"].value == "7200000", "log.retention.ms from ${env:...}"
 
 
 def test_describe_configs_full_entries(broker_factory):

@@ -5,6 +5,12 @@ cluster where the chart is installed: `python3 tests/k8s/security_e2e.py`):
     authorization: the operator makes its CAs and the broker certificate, the brokers replicate
     over the mutual-TLS REPLICATION listener and run the quorum on TLS (broker 1 follows
     controller 0 over it), and the operator creates Topics through REPLICATION as a super user;
+  - two external listeners, `nodeport` and `loadbalancer`: the brokers wait until the load
+    balancers have addresses (the test hands them out, as a cloud's controller would), then kcat
+    on this host, outside the cluster, bootstraps from `status.listeners`, sees each broker at its
+    own external address, produces and consumes with the brokers' names verified (the broker
+    certificate carries the node's and the load balancers' IPs); an address the certificate does
+    not name is refused;
   - a `User` with SCRAM-SHA-512 (alice) and one with a client certificate (bob), each granted
     one topic: kcat inside the cluster produces to and consumes from the granted topic and is
     refused the other (Topic authorization failed), a wrong password is refused; Kafka's own
@@ -30,6 +36,8 @@ from bench import java_classpath  # noqa: E402
 
 NAME = "secure"
 BROKERS = 2
+# Load balancer addresses the test hands out (on the node's loopback, as NODE_IP is).
+LB_BASE = "172.30.0."
 
 
 def cluster_yaml(ns):
@@ -44,6 +52,10 @@ def cluster_yaml(ns):
             "listeners": [
                 {"name": "scram", "port": 9092, "tls": True, "authentication": {"type": "scram-sha-512"}},
                 {"name": "mtls", "port": 9094, "tls": True, "authentication": {"type": "tls"}},
+                {"name": "ext", "port": 9095, "tls": True, "authentication": {"type": "scram-sha-512"},
+                 "type": "nodeport"},
+                {"name": "lb", "port": 9096, "tls": True, "authentication": {"type": "scram-sha-512"},
+                 "type": "loadbalancer"},
             ],
             "authorization": {},
             "config": {"offsets.topic.replication.factor": "2"},
@@ -124,33 +136,47 @@ def run_security(T, ns):
             fail(f"kcat {' '.join(args)} as {auth} failed ({p.returncode}): {p.stderr[-600:]}")
         return p
 
-    produced = {}
+    produced = {}  # topic -> every record produced to it, in order
 
     def served(topic, auth):
         """Produces 20 records as `auth` and reads the topic back: None until both work."""
-        n = produced.get(topic, 0)
+        n = produced.get(topic, "").count("\n")
         records = "".join(f"{topic}-{i}\n" for i in range(n, n + 20))
         if kcat(["-P", "-t", topic, "-X", "acks=all"], auth, input=records, check=False).returncode != 0:
             return None
-        produced[topic] = n + 20
+        produced[topic] = produced.get(topic, "") + records
         got = kcat(["-C", "-t", topic, "-o", "beginning", "-e", "-q"], auth, check=False).stdout
-        want = "".join(f"{topic}-{i}\n" for i in range(n + 20))
-        return got == want or None
+        return got == produced[topic] or None
 
     def refused(topic, auth):
         p = kcat(["-P", "-t", topic, "-X", "acks=all", "-X", "message.timeout.ms=10000"], auth, input="x\n",
                  check=False)
         return p.returncode != 0 and "authorization failed" in p.stderr.lower(), p.stderr[-400:]
 
-    step("a secured Cluster (SASL_SSL SCRAM and mutual-TLS listeners, ACLs) becomes Ready")
+    step("a secured Cluster (SASL_SSL SCRAM and mutual-TLS listeners, external ones, ACLs) waits for its load balancers")
     kubectl("apply", "-f", "-", input=cluster_yaml(ns))
+
+    def waiting_for_addresses():
+        c = kjson("get", "cluster", "-n", ns, NAME)
+        return condition(c, "Reconciling").get("reason") == "WaitingForAddresses" or None
+    wait("Reconciling=WaitingForAddresses", waiting_for_addresses, 60)
+    if pods():
+        fail(f"broker pods started before their load balancers had addresses: {sorted(pods())}")
+    # No cloud here: the test is the load balancer controller. It gives each LoadBalancer Service
+    # an address on this node (as a cloud's would route to it), where kube-proxy forwards it.
+    lb_ips = {f"{NAME}-lb-bootstrap": LB_BASE + "100", **{f"{NAME}-lb-{b}": LB_BASE + str(101 + b) for b in range(BROKERS)}}
+    for svc, ip in lb_ips.items():
+        run("ip", "addr", "replace", f"{ip}/32", "dev", "lo")
+        kubectl("patch", "service", "-n", ns, svc, "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}}))
     c = wait(f"Cluster {NAME} Ready", ready("cluster", NAME), 300)
     if c["status"].get("bootstrapServers") != f"{boot}.{ns}.svc.cluster.local:9092":
         fail(f"bootstrapServers {c['status'].get('bootstrapServers')}")
     for s in (f"{NAME}-cluster-ca", f"{NAME}-clients-ca", f"{NAME}-broker-tls"):
         kjson("get", "secret", "-n", ns, s)
     props = kjson("get", "configmap", "-n", ns, f"{NAME}-config")["data"]["server.properties"]
-    for line in ("listener.security.protocol.map=REPLICATION:SSL,CONTROLLER:SSL,SCRAM:SASL_SSL,MTLS:SSL",
+    for line in ("listener.security.protocol.map=REPLICATION:SSL,CONTROLLER:SSL,SCRAM:SASL_SSL,MTLS:SSL,EXT:SASL_SSL,"
+                 "LB:SASL_SSL", "config.providers=file",
                  "inter.broker.listener.name=REPLICATION", "listener.name.controller.ssl.client.auth=required",
                  "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"):
         if line not in props.splitlines():
@@ -187,6 +213,50 @@ def run_security(T, ns):
     if p.returncode == 0 or "authentication" not in p.stderr.lower():
         fail(f"a wrong password was not refused with an authentication error: {p.returncode} {p.stderr[-400:]}")
     step("alice and bob each reach their topic only; a wrong password is refused")
+
+    step("from outside the Kubernetes cluster: the nodeport and loadbalancer listeners, hostnames verified")
+    listeners = {l["name"]: l for l in kjson("get", "cluster", "-n", ns, NAME)["status"].get("listeners", [])}
+    ca_file = os.path.join(tempfile.mkdtemp(), "ca.crt")
+    with open(ca_file, "w") as f:
+        f.write(ca_before)
+
+    def outside(listener, args, input=None, bootstrap=None):
+        """kcat on this host (outside the cluster) as alice, verifying the brokers' names."""
+        return run("kcat", "-b", bootstrap or listeners[listener]["bootstrapServers"], "-X", "security.protocol=SASL_SSL",
+                   "-X", "sasl.mechanisms=SCRAM-SHA-512", "-X", "sasl.username=alice",
+                   "-X", f"sasl.password={alice_password}", "-X", f"ssl.ca.location={ca_file}",
+                   "-X", "ssl.endpoint.identification.algorithm=https", "-m", "20", *args, input=input, check=False)
+
+    for listener, want_hosts in (("ext", None), ("lb", [lb_ips[f"{NAME}-lb-{b}"] for b in range(BROKERS)])):
+        boot_servers = listeners.get(listener, {}).get("bootstrapServers", "")
+        if not boot_servers:
+            fail(f"status.listeners has no bootstrap address for {listener}: {listeners}")
+        meta = outside(listener, ["-L", "-J"])
+        if meta.returncode != 0:
+            fail(f"kcat -L through {listener} ({boot_servers}) failed: {meta.stderr[-600:]}")
+        brokers = sorted((b["id"], b["name"]) for b in json.loads(meta.stdout)["brokers"])
+        hosts = [n.rsplit(":", 1)[0] for _, n in brokers]
+        ports = {n.rsplit(":", 1)[1] for _, n in brokers}
+        if listener == "ext" and (set(hosts) != {boot_servers.split(":")[0]} or len(ports) != BROKERS):
+            fail(f"nodeport brokers should share the node's address with a node port each: {brokers}")
+        if want_hosts is not None and hosts != want_hosts:
+            fail(f"loadbalancer brokers advertise {brokers}, want hosts {want_hosts}")
+        records = "".join(f"{listener}-{i}\n" for i in range(10))
+        p = outside(listener, ["-P", "-t", "granted", "-X", "acks=all"], input=records)
+        if p.returncode != 0:
+            fail(f"producing through {listener} failed: {p.stderr[-600:]}")
+        produced["granted"] += records
+        got = outside(listener, ["-C", "-t", "granted", "-o", "beginning", "-e", "-q"]).stdout
+        if got != produced["granted"]:
+            fail(f"consuming through {listener} did not return what was produced: {got[-400:]!r}")
+        step(f"{listener} ({boot_servers}): brokers {brokers}, 10 records produced and read back")
+    # The same node port on 127.0.0.1 (kube-proxy serves node ports there too): an address the
+    # broker certificate does not name, so the client refuses it.
+    local = "127.0.0.1:" + listeners["ext"]["bootstrapServers"].split(",")[0].rsplit(":", 1)[1]
+    p = outside("ext", ["-L"], bootstrap=local)
+    if p.returncode == 0 or "certificate verify failed" not in p.stderr:
+        fail(f"kcat through {local}, a name the certificate lacks, was not refused: {p.returncode} {p.stderr[-400:]}")
+    step(f"through {local} (not in the certificate) the client refuses the broker: certificate verify failed")
 
     step("Kafka's kafka-topics with alice's generated client.properties lists only her topic")
     ips = {n: p["status"]["podIP"] for n, p in pods().items() if p["status"].get("podIP")}

@@ -8,6 +8,7 @@
 
 mod kind;
 mod parse;
+mod providers;
 mod schema;
 pub mod security;
 
@@ -23,7 +24,7 @@ pub use schema::{CLEANUP, KEYS, KeyDef, Kind, key_def};
 /// Whether `key` is understood: a key of [`KEYS`], or one of them for one listener
 /// (`listener.name.<name>.<key>`, or a mechanism's `<mechanism>.sasl.jaas.config`).
 fn is_known(key: &str) -> bool {
-    if key_def(key).is_some() {
+    if key_def(key).is_some() || providers::is_provider_key(key) {
         return true;
     }
     let Some(rest) = key.strip_prefix("listener.name.") else {
@@ -516,7 +517,8 @@ impl BrokerConfig {
         })
     }
 
-    /// Reads `--config FILE` (if any) and applies `--override key=value` pairs on top.
+    /// Reads `--config FILE` (if any), applies `--override key=value` pairs on top, then resolves
+    /// config provider references (`${file:PATH:KEY}`, see `providers`).
     pub fn load(file: Option<&std::path::Path>, overrides: &[String]) -> Result<Self, ConfigError> {
         let mut map = match file {
             Some(p) => {
@@ -531,6 +533,7 @@ impl BrokerConfig {
                 o.split_once('=').ok_or_else(|| ConfigError::Usage(format!("--override {o:?}: expected key=value")))?;
             map.insert(k.trim().to_string(), v.trim().to_string());
         }
+        providers::resolve(&mut map, &|name| std::env::var(name).ok())?;
         Self::from_map(map)
     }
 

@@ -159,6 +159,7 @@ pub fn server_properties(cluster: &Cluster, settings: &Settings, voters: Option<
         ("cluster.id".into(), cluster_id(cluster)),
     ]);
     props.extend(listeners::properties(cluster, &cluster.name_any()));
+    props.extend(super::external::properties(cluster));
     for (k, v) in &cluster.spec.config {
         props.insert(k.clone(), v.clone());
     }
@@ -351,6 +352,9 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
         env_field("POD_NAME", "metadata.name"),
         env_field("NODE_ID", "metadata.labels['apps.kubernetes.io/pod-index']"),
     ];
+    if super::external::needs_host_ip(cluster) {
+        env.push(env_field("HOST_IP", "status.hostIP"));
+    }
     if let Some(t) = &spec.telemetry {
         let var = |name: &str, value: String| EnvVar { name: name.into(), value: Some(value), ..Default::default() };
         env.push(var("OTEL_EXPORTER_OTLP_ENDPOINT", t.otlp_endpoint.clone()));

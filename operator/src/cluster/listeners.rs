@@ -82,9 +82,17 @@ fn advertised_listeners(cluster: &Cluster) -> Vec<(String, i32)> {
     out
 }
 
-/// `advertised.listeners` of a broker whose stable DNS name is `host` (with `$(POD_NAME)` in it).
+/// `advertised.listeners` of a broker whose stable DNS name is `host` (with `$(POD_NAME)` in it);
+/// an external listener advertises its outside address ([`super::external::advertised`]).
 pub fn advertised(cluster: &Cluster, host: &str) -> String {
-    advertised_listeners(cluster).iter().map(|(n, p)| format!("{n}://{host}:{p}")).collect::<Vec<_>>().join(",")
+    advertised_listeners(cluster)
+        .iter()
+        .map(|(n, p)| match cluster.spec.listeners.iter().find(|l| l.name.eq_ignore_ascii_case(n)) {
+            Some(l) if !l.type_.is_internal() => super::external::advertised(l),
+            _ => format!("{n}://{host}:{p}"),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// (port name, port) the brokers and the bootstrap Service expose for Kafka clients (and the
@@ -185,6 +193,8 @@ mod tests {
             port,
             tls,
             authentication: auth.map(|type_| Authentication { type_ }),
+            type_: Default::default(),
+            configuration: None,
         };
         Cluster::new(
             "c",

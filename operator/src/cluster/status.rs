@@ -95,6 +95,14 @@ pub fn status(
     let mut conditions = vec![
         condition(&old, "Ready", all_ready && current, ready_reason, ready_msg, generation),
         match (config_note, notes.voters.as_deref()) {
+            _ if notes.external.is_some() => condition(
+                &old,
+                "Reconciling",
+                true,
+                "WaitingForAddresses",
+                notes.external.clone().unwrap_or_default(),
+                generation,
+            ),
             (Some(note), _) => {
                 condition(&old, "Reconciling", true, "DynamicConfigPending", note.to_string(), generation)
             }
@@ -172,6 +180,7 @@ pub fn status(
                 .next()
                 .unwrap_or_default(),
         ),
+        listeners: notes.listeners.clone(),
         brokers: pods
             .iter()
             .map(|p| BrokerStatus {
@@ -215,4 +224,8 @@ pub struct Notes {
     pub scale_down_refused: bool,
     /// The partition moves of the current or last rebalance.
     pub rebalance: Option<crate::crd::RebalanceStatus>,
+    /// A broker that cannot start yet: its external address is not known.
+    pub external: Option<String>,
+    /// How clients reach each listener.
+    pub listeners: Vec<crate::crd::ListenerStatus>,
 }

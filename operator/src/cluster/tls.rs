@@ -173,12 +173,14 @@ async fn authority(
 }
 
 /// Brings a secured Cluster's certificates up to date: both CAs, then the broker certificate
-/// (issued again when due, when its CA certificate changed, or when its names did). Returns
-/// the events to record.
+/// (issued again when due, when its CA certificate changed, or when its names did: the stable
+/// names and `external_hosts`, the addresses of external listeners). Returns the events to
+/// record.
 pub async fn reconcile(
     client: &Client,
     cluster: &Cluster,
     settings: &Settings,
+    external_hosts: &std::collections::BTreeSet<String>,
 ) -> Result<Vec<(&'static str, String)>, Error> {
     let now = OffsetDateTime::now_utc();
     let mut events = Vec::new();
@@ -188,7 +190,9 @@ pub async fn reconcile(
     let ns = cluster.namespace().ok_or(Error::MissingNamespace)?;
     let name = cluster.name_any();
     let names = Names::of(&name);
-    let dns = listeners::broker_names(&names.headless, &names.bootstrap, &ns, &settings.cluster_domain);
+    // The stable names, then the addresses external clients dial (IP literals become IP SANs).
+    let mut dns = listeners::broker_names(&names.headless, &names.bootstrap, &ns, &settings.cluster_domain);
+    dns.extend(external_hosts.iter().cloned());
     let issuer = certs::fingerprint(&ca.cert);
     let names_print = certs::fingerprint(&dns.join(","));
     let spec = spec_of(cluster, Which::Cluster);

@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("!has(self.authentication) || self.authentication.type != 'tls' || self.tls")
     .message("a listener with authentication type tls needs tls: true"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.configuration) || (has(self.type) && self.type != 'internal')")
+    .message("configuration is for nodeport and loadbalancer listeners"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.configuration) || !has(self.configuration.brokers) || self.type == 'loadbalancer' || self.configuration.brokers.all(b, !has(b.advertisedHost))")
+    .message("advertisedHost is for loadbalancer listeners (a nodeport listener advertises the node's address)"))]
 pub struct ListenerSpec {
     /// Lower-case letters and digits; the Kafka listener name is its upper case (`tls` ->
     /// `TLS`). `replication` and `controller` are the operator's.
@@ -29,6 +33,107 @@ pub struct ListenerSpec {
     /// How clients prove who they are; none (every client is `User:ANONYMOUS`) when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authentication: Option<Authentication>,
+    /// Where clients reach the listener. `internal` (the default): inside the Kubernetes
+    /// cluster, through the bootstrap Service and each broker's stable DNS name. `nodeport`:
+    /// from outside, through a NodePort Service per broker (advertised as the address of the
+    /// node the broker runs on) and one for bootstrapping. `loadbalancer`: from outside,
+    /// through a LoadBalancer Service per broker (advertised as its load balancer's address)
+    /// and one for bootstrapping; brokers start once their load balancers have addresses.
+    #[serde(default, rename = "type", skip_serializing_if = "ListenerType::is_internal")]
+    pub type_: ListenerType,
+    /// Node ports and advertised hosts of an external listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configuration: Option<ExternalConfiguration>,
+}
+
+/// A listener as clients reach it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerStatus {
+    pub name: String,
+    /// `internal`, `nodeport` or `loadbalancer`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `host:port,...` to bootstrap from (an external listener's: from outside the cluster;
+    /// empty while its addresses are not known yet).
+    #[serde(default)]
+    pub bootstrap_servers: String,
+}
+
+/// Where a listener is reached from.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ListenerType {
+    #[default]
+    #[serde(rename = "internal")]
+    Internal,
+    #[serde(rename = "nodeport")]
+    NodePort,
+    #[serde(rename = "loadbalancer")]
+    LoadBalancer,
+}
+
+impl ListenerType {
+    pub fn is_internal(&self) -> bool {
+        *self == ListenerType::Internal
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ListenerType::Internal => "internal",
+            ListenerType::NodePort => "nodeport",
+            ListenerType::LoadBalancer => "loadbalancer",
+        }
+    }
+
+    /// The Service type of an external listener's Services.
+    pub fn service_type(&self) -> Option<&'static str> {
+        match self {
+            ListenerType::Internal => None,
+            ListenerType::NodePort => Some("NodePort"),
+            ListenerType::LoadBalancer => Some("LoadBalancer"),
+        }
+    }
+}
+
+/// Settings of an external (`nodeport` or `loadbalancer`) listener.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalConfiguration {
+    /// The bootstrap Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<ExternalBootstrap>,
+    /// Per broker (by node id); brokers not listed get Kubernetes' choices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub brokers: Vec<ExternalBroker>,
+}
+
+/// The bootstrap Service of an external listener.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalBootstrap {
+    /// `nodeport`: the node port (unset: Kubernetes picks one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub node_port: Option<i32>,
+}
+
+/// One broker's Service of an external listener.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalBroker {
+    /// The broker's node id (its pod's ordinal).
+    #[schemars(range(min = 0, max = 63))]
+    pub broker: i32,
+    /// `nodeport`: the node port (unset: Kubernetes picks one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub node_port: Option<i32>,
+    /// `loadbalancer`: the host the broker advertises (a DNS name pointing at its load
+    /// balancer), instead of the address the load balancer reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub advertised_host: Option<String>,
 }
 
 /// An authentication method.

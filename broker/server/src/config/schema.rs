@@ -57,6 +57,12 @@ pub const KEYS: &[KeyDef] = &[
         doc: "With `controller.quorum.bootstrap.servers`: a controller that is not a voter asks the active controller to add it (AddRaftVoter, with its advertised CONTROLLER address) once per start, after it has caught up as a learner.",
     },
     KeyDef {
+        name: "config.providers",
+        default: Some(""),
+        kind: Kind::Text,
+        doc: "Config providers (Kafka's KIP-297 and KIP-887): a value may then hold `${name:PATH:KEY}` or `${name:KEY}`, resolved once at startup. Each name needs `config.providers.<name>.class`: `org.apache.kafka.common.config.provider.FileConfigProvider` (`${file:/etc/a.properties:key}`: a key of a properties file), `org.apache.kafka.common.config.provider.DirectoryConfigProvider` (`${dir:/etc/secret:name}`: a file's contents) or `org.apache.kafka.common.config.provider.EnvVarConfigProvider` (`${env:NAME}`). A reference to an unconfigured provider stays as written; a missing file, key or variable stops startup.",
+    },
+    KeyDef {
         name: "controller.listener.names",
         default: Some("CONTROLLER"),
         kind: Kind::Names,
