@@ -95,6 +95,43 @@ pub fn renew_authority(
     Ok(Authority { bundle: bundle.concat(), cert, key: ca.key.clone() })
 }
 
+/// The first certificate's public key, as a fingerprint: certificates of one key pair share it
+/// (a CA and its renewals), a replaced key has another.
+pub fn key_of(pem: &str) -> Result<String, CertError> {
+    parse(pem, |c| {
+        let spki = c.public_key().raw;
+        Sha256::digest(spki).iter().take(8).map(|b| format!("{b:02x}")).collect()
+    })
+}
+
+/// The public keys a trust bundle holds, sorted, without repeats.
+pub fn keys_of(bundle: &str) -> Vec<String> {
+    let mut keys: Vec<String> = split_pem(bundle).iter().filter_map(|c| key_of(c).ok()).collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// The first step of replacing a CA's key: a new CA (new key, same name) that signs nothing
+/// yet, and the bundle trusting it besides every current certificate.
+pub fn next_authority(
+    ca: &Authority,
+    common_name: &str,
+    now: OffsetDateTime,
+    days: i32,
+) -> Result<Authority, CertError> {
+    let next = new_authority(common_name, now, days)?;
+    Ok(Authority { bundle: format!("{}{}", ca.bundle, next.cert), ..next })
+}
+
+/// The last step of replacing a CA's key: the bundle keeps only the certificates of `ca`'s
+/// key, so nothing the old key signed verifies any more.
+pub fn retire_other_keys(ca: &Authority) -> Result<Authority, CertError> {
+    let key = key_of(&ca.cert)?;
+    let bundle: String = split_pem(&ca.bundle).into_iter().filter(|c| key_of(c).ok().as_ref() == Some(&key)).collect();
+    Ok(Authority { bundle, ..ca.clone() })
+}
+
 /// What a certificate is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Usage {
@@ -249,6 +286,28 @@ mod tests {
         let end = not_after(&ca.cert).unwrap();
         assert!(!due(end, now(), 5));
         assert!(due(end, now() + Duration::days(6), 5));
+    }
+
+    #[test]
+    fn replacing_a_key_trusts_both_then_only_the_new_one() {
+        let old = new_authority("c-cluster-ca", now(), 365).unwrap();
+        let renewed = renew_authority(&old, "c-cluster-ca", now() + Duration::days(1), 365).unwrap();
+        let leaf = issue(&renewed, "b", true, &["b.example".into()], Usage::Broker, now(), 30).unwrap();
+        assert_eq!(keys_of(&renewed.bundle).len(), 1, "a renewal keeps the key");
+
+        let next = next_authority(&renewed, "c-cluster-ca", now() + Duration::days(2), 365).unwrap();
+        assert_ne!(key_of(&next.cert).unwrap(), key_of(&old.cert).unwrap());
+        assert_eq!(keys_of(&next.bundle).len(), 2);
+        let at = now() + Duration::days(3);
+        // While both are trusted, old and new leaves verify.
+        let new_leaf = issue(&next, "b", true, &["b.example".into()], Usage::Broker, at, 30).unwrap();
+        assert!(verifies(&leaf.cert, &next.bundle, "b.example", at));
+        assert!(verifies(&new_leaf.cert, &next.bundle, "b.example", at));
+
+        let retired = retire_other_keys(&next).unwrap();
+        assert_eq!(split_pem(&retired.bundle), vec![next.cert.clone()]);
+        assert!(verifies(&new_leaf.cert, &retired.bundle, "b.example", at));
+        assert!(!verifies(&leaf.cert, &retired.bundle, "b.example", at));
     }
 
     #[test]

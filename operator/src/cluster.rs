@@ -140,11 +140,15 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     }
     let addresses = external::addresses(&cluster, &ctx.settings, &external_services, service_brokers, &node_ips);
     // A secured Cluster's certificates first: brokers cannot start without them.
+    let mut ca_keys = None;
     if cluster.spec.secured() {
-        for (reason, note) in tls::reconcile(client, &cluster, &ctx.settings, &addresses.hosts).await? {
+        let brokers = current.unwrap_or(cluster.spec.replicas);
+        let outcome = tls::reconcile(client, &cluster, &ctx.settings, &addresses.hosts, &pods, brokers).await?;
+        for (reason, note) in outcome.events {
             tracing::info!(cluster = %name, reason, note, "certificates");
             ctx.event(cluster.as_ref(), reason, "Certificates", note).await;
         }
+        ca_keys = Some(outcome.generation);
     }
     let mut admin = admin(&ctx, &cluster).await.ok();
     let quorum = match admin.as_mut() {
@@ -180,6 +184,12 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
             tracing::info!(cluster = %name, why, "scale-down held back");
         }
         notes.scale_down_blocked = blocked;
+    }
+    // The CA keys the brokers run with: a key replacement's steps restart them (the quorum
+    // reads its certificates at startup); renewals keep the keys.
+    if let (Some(keys), Some(spec)) = (ca_keys, stateful_set.spec.as_mut()) {
+        let meta = spec.template.metadata.get_or_insert_with(Default::default);
+        meta.annotations.get_or_insert_with(Default::default).insert(tls::CA_KEYS_ANNOTATION.into(), keys);
     }
     // A new broker starts once its external addresses are known.
     if let Some(spec) = stateful_set.spec.as_mut() {

@@ -44,7 +44,27 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         Some(ns) => Api::<User>::namespaced(ctx.client.clone(), ns),
         None => Api::<User>::all(ctx.client.clone()),
     };
-    Controller::new(api, watcher::Config::default())
+    let secrets = match &namespace {
+        Some(ns) => Api::<Secret>::namespaced(ctx.client.clone(), ns),
+        None => Api::<Secret>::all(ctx.client.clone()),
+    };
+    // A Cluster's CA Secrets: a renewal or a key replacement reaches its users' Secrets (trust
+    // bundle, certificates) at once.
+    let certificates = watcher::Config::default()
+        .labels("app.kubernetes.io/managed-by=oxbow-operator,app.kubernetes.io/component=certificates");
+    let controller = Controller::new(api, watcher::Config::default());
+    let users = controller.store();
+    controller
+        .watches(secrets, certificates, move |s: Secret| {
+            let cluster = s.labels().get("app.kubernetes.io/instance").cloned();
+            let ns = s.namespace();
+            users
+                .state()
+                .into_iter()
+                .filter(|u| Some(&u.spec.cluster) == cluster.as_ref() && u.namespace() == ns)
+                .map(|u| kube::runtime::reflector::ObjectRef::from_obj(u.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {

@@ -15,6 +15,10 @@ cluster where the chart is installed: `python3 tests/k8s/security_e2e.py`):
     one topic: kcat inside the cluster produces to and consumes from the granted topic and is
     refused the other (Topic authorization failed), a wrong password is refused; Kafka's own
     kafka-topics from the host with alice's generated client.properties lists only her topic;
+  - replacing the cluster CA's key (`oxbow.io/force-replace`): three steps (trust the new key,
+    sign with it, trust only it), each a rolling restart; then every broker serves a certificate
+    of the new key that the old CA certificate does not verify, alice is served with the bundle
+    her Secret now holds, bob still is, and a client with only the old CA certificate is refused;
   - deleting alice revokes her: her Secret goes, her login fails;
   - renewing the cluster CA (the `oxbow.io/force-renew` annotation) re-issues the broker
     certificate, and every broker serves the new one without a restart (its Secret volume
@@ -48,7 +52,9 @@ def cluster_yaml(ns):
         "spec": {
             "replicas": BROKERS,
             "controllers": {"replicas": 1},
-            "storage": {"ephemeral": True},
+            # Persistent: the key replacement restarts the brokers, and the single controller's
+            # metadata log (users, ACLs, topics) must survive that.
+            "storage": {"size": "1Gi"},
             "listeners": [
                 {"name": "scram", "port": 9092, "tls": True, "authentication": {"type": "scram-sha-512"}},
                 {"name": "mtls", "port": 9094, "tls": True, "authentication": {"type": "tls"}},
@@ -81,6 +87,31 @@ def topic_yaml(ns, name):
         "metadata": {"name": name, "namespace": ns},
         "spec": {"cluster": NAME, "partitions": 1, "replicationFactor": BROKERS},
     })
+
+
+def split_pem(text):
+    blocks, cur = [], []
+    for line in text.splitlines():
+        cur.append(line)
+        if line.startswith("-----END"):
+            blocks.append("\n".join(cur) + "\n")
+            cur = []
+    return blocks
+
+
+def key_of(pem):
+    """The public key of a PEM certificate (a CA and its renewals share it)."""
+    return subprocess.run(["openssl", "x509", "-noout", "-pubkey"], input=pem, capture_output=True,
+                          text=True, check=True).stdout
+
+
+def verifies(ip, port, ca_file):
+    """Whether the certificate a broker serves verifies under `ca_file` alone."""
+    p = subprocess.run(["openssl", "s_client", "-connect", f"{ip}:{port}", "-CAfile", ca_file,
+                        "-verify_return_error"], input="", capture_output=True, text=True, timeout=30)
+    # (9091 wants a client certificate too: the handshake may end in an alert after the client
+    # verified the server, so the verdict is what s_client prints, not its exit status.)
+    return "Verify return code: 0 (ok)" in p.stdout
 
 
 def run_security(T, ns):
@@ -118,6 +149,12 @@ def run_security(T, ns):
             fail(f"could not write {path} in the client pod")
 
     boot = f"{NAME}-bootstrap"
+
+    def cluster_events():
+        """Events about this Cluster object (not an earlier one of the same name)."""
+        uid = kjson("get", "cluster", "-n", ns, NAME)["metadata"]["uid"]
+        return [e for e in kjson("get", "events", "-n", ns)["items"]
+                if (e.get("involvedObject") or e.get("regarding") or {}).get("uid") == uid]
 
     def kcat(args, auth, input=None, check=True):
         """kcat in the client pod as alice (SASL_SSL) or bob (mutual TLS)."""
@@ -310,10 +347,97 @@ def run_security(T, ns):
     after = restarts(pods())
     if after != before:
         fail(f"renewing the CA restarted pods: before {before}, after {after}")
-    events = [e for e in kjson("get", "events", "-n", ns)["items"] if e.get("reason") == "RestartingBroker"
-              and NAME in (e.get("note") or e.get("message", ""))]
+    events = [e for e in cluster_events() if e.get("reason") == "RestartingBroker"]
     if events:
         fail(f"restart events for {NAME}: {[e.get('note') for e in events]}")
+
+    step("replacing the cluster CA's key (oxbow.io/force-replace): trust the new key, sign with it, drop the old")
+    old_ca = secret(f"{NAME}-cluster-ca", "tls.crt")
+    old_key = key_of(old_ca)
+    before = {n: p["metadata"]["uid"] for n, p in pods().items()}
+    kubectl("annotate", "secret", "-n", ns, f"{NAME}-cluster-ca", "oxbow.io/force-replace=e2e-1", "--overwrite")
+
+    def replaced():
+        data = kjson("get", "secret", "-n", ns, f"{NAME}-cluster-ca")["data"]
+        bundle = base64.b64decode(data["ca.crt"]).decode()
+        keys = {key_of(c) for c in split_pem(bundle)}
+        return "next.crt" not in data and len(keys) == 1 and old_key not in keys or None
+    # Three steps, each a rolling restart of both brokers (the metadata quorum reads its
+    # certificates at startup).
+    wait("the key replaced: the bundle trusts only a new key", replaced, 1200)
+    c = wait(f"Cluster {NAME} Ready after the key replacement", ready("cluster", NAME), 600)
+    new_ca = secret(f"{NAME}-cluster-ca", "tls.crt")
+    notes = [e.get("note") or e.get("message", "") for e in cluster_events()
+             if e.get("reason", "").startswith("CertificateAuthorityKeyReplac")]
+    for n in ("step 1 of 3", "step 2 of 3", "step 3 of 3"):
+        if not any(n in x and f"{NAME}-cluster-ca" in x for x in notes):
+            fail(f"no event for {n} of the key replacement: {notes}")
+    after = {n: p["metadata"]["uid"] for n, p in pods().items()}
+    if any(before.get(n) == u for n, u in after.items()):
+        fail(f"a broker was not restarted by the key replacement: before {before}, after {after}")
+    with tempfile.TemporaryDirectory() as d:
+        new_file, old_file = os.path.join(d, "new.crt"), os.path.join(d, "old.crt")
+        with open(new_file, "w") as f:
+            f.write(new_ca)
+        with open(old_file, "w") as f:
+            f.write(old_ca)
+        for n, p in sorted(pods().items()):
+            ip = p["status"]["podIP"]
+            for port in (9092, 9091):
+                if not verifies(ip, port, new_file):
+                    fail(f"{n}:{port} does not serve a certificate of the new key")
+                if verifies(ip, port, old_file):
+                    fail(f"{n}:{port} still serves a certificate the old key verifies")
+    step("every broker serves a certificate of the new key, none the old key verifies")
+    # alice takes the new bundle from her Secret (the User controller updated it); a client
+    # holding only the old CA certificate is refused; bob's clients CA did not change.
+    put("/tmp/ca.crt", secret("alice", "ca.crt"))
+    wait("alice served with her Secret's new ca.crt", lambda: served("granted", "alice"), 120)
+    wait("bob still served with his certificate", lambda: served("denied", "bob"), 60)
+    put("/tmp/ca.crt", old_ca)
+    p = kcat(["-L"], "alice", check=False)
+    if p.returncode == 0 or "certificate verify failed" not in p.stderr:
+        fail(f"a client trusting only the old CA key was not refused: {p.returncode} {p.stderr[-400:]}")
+    put("/tmp/ca.crt", secret("alice", "ca.crt"))
+    step("alice and bob served after the key replacement; the old CA certificate alone is refused")
+
+    step("replacing the clients CA's key (no restart: client listeners reload it): bob gets a certificate of the new key")
+    old_clients_key = key_of(secret(f"{NAME}-clients-ca", "tls.crt"))
+    old_bob = (secret("bob", "tls.crt"), secret("bob", "tls.key"))
+    before = restarts(pods())
+    kubectl("annotate", "secret", "-n", ns, f"{NAME}-clients-ca", "oxbow.io/force-replace=e2e-1", "--overwrite")
+
+    def clients_replaced():
+        data = kjson("get", "secret", "-n", ns, f"{NAME}-clients-ca")["data"]
+        keys = {key_of(c) for c in split_pem(base64.b64decode(data["ca.crt"]).decode())}
+        return "next.crt" not in data and len(keys) == 1 and old_clients_key not in keys or None
+    wait("the clients CA key replaced", clients_replaced, 1200)
+    wait(f"Cluster {NAME} Ready after the clients CA key replacement", ready("cluster", NAME), 600)
+    # The last step waited for bob's Secret to hold a certificate of the new key.
+    with tempfile.TemporaryDirectory() as d:
+        ca_path, bob_path = os.path.join(d, "ca.crt"), os.path.join(d, "bob.crt")
+        with open(ca_path, "w") as f:
+            f.write(secret(f"{NAME}-clients-ca", "ca.crt"))
+        with open(bob_path, "w") as f:
+            f.write(secret("bob", "tls.crt"))
+        v = subprocess.run(["openssl", "verify", "-CAfile", ca_path, bob_path], capture_output=True, text=True)
+        if v.returncode != 0:
+            fail(f"bob's certificate does not verify under the new clients CA: {v.stdout} {v.stderr}")
+    put("/tmp/bob.crt", secret("bob", "tls.crt"))
+    put("/tmp/bob.key", secret("bob", "tls.key"))
+    wait("bob served with his new certificate", lambda: served("denied", "bob"), 120)
+    put("/tmp/bob.crt", old_bob[0])
+    put("/tmp/bob.key", old_bob[1])
+    # The brokers reload the bundle once the kubelet has updated their Secret volume.
+    wait("bob's certificate from the old clients CA key refused", lambda: kcat(["-L"], "bob", check=False).returncode != 0,
+         240)
+    put("/tmp/bob.crt", secret("bob", "tls.crt"))
+    put("/tmp/bob.key", secret("bob", "tls.key"))
+    wait("alice still served", lambda: served("granted", "alice"), 60)
+    # Only client listeners use the clients CA, and brokers reload it from disk: no restart.
+    if restarts(pods()) != before:
+        fail(f"replacing the clients CA key restarted brokers: before {before}, after {restarts(pods())}")
+    step("bob served with his re-issued certificate, his old one refused, alice unaffected, no restart")
 
     step("deleting alice revokes her: her Secret goes and her login fails")
     kubectl("delete", "user", "-n", ns, "alice", "--timeout=60s")

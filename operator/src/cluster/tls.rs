@@ -30,6 +30,23 @@ use crate::k8s::apply;
 pub const FORCE_RENEW_ANNOTATION: &str = "oxbow.io/force-renew";
 /// The `force-renew` value the operator last acted on.
 const RENEWED_FOR_ANNOTATION: &str = "oxbow.io/renewed-for";
+/// On a CA Secret the operator made: set it (any new value) to replace the CA's key now.
+pub const FORCE_REPLACE_ANNOTATION: &str = "oxbow.io/force-replace";
+/// The `force-replace` value the operator last acted on.
+const REPLACED_FOR_ANNOTATION: &str = "oxbow.io/replaced-for";
+/// On the broker pods (from their template): the CA keys the brokers trust and are signed
+/// by ([`generation`]). A change restarts them one at a time: the metadata quorum reads its
+/// certificates at startup, so a new key reaches it only through a restart. A renewal keeps
+/// the keys, so it restarts nothing.
+pub const CA_KEYS_ANNOTATION: &str = "oxbow.io/ca-keys";
+/// When (Unix seconds) a key replacement last took a step.
+const STEP_AT_ANNOTATION: &str = "oxbow.io/key-step-at";
+/// Time a changed Secret takes to reach the files of the pods that mount it (the kubelet's
+/// sync period and cache), with a margin.
+pub const PROPAGATION: std::time::Duration = std::time::Duration::from_secs(90);
+/// Keys of a CA Secret during a key replacement: the new CA, trusted but not signing yet.
+const NEXT_CERT: &str = "next.crt";
+const NEXT_KEY: &str = "next.key";
 /// On the broker Secret: fingerprint of the CA certificate that signed it, and of its names.
 const ISSUER_ANNOTATION: &str = "oxbow.io/issuer";
 const NAMES_ANNOTATION: &str = "oxbow.io/names";
@@ -121,12 +138,74 @@ fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
     pairs.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect()
 }
 
-/// Makes, renews or reads one CA; `events` gets what changed.
+/// The cluster CA keys the brokers run with, as one fingerprint: the keys its bundle trusts and
+/// the key it signs with. It changes when the key is replaced (each step), never on a renewal.
+/// The clients CA is left out: only client listeners use it, and they reload it from disk.
+pub fn generation(cluster_ca: &Authority) -> String {
+    let trusted = certs::keys_of(&cluster_ca.bundle).join("+");
+    certs::fingerprint(&format!("{trusted}/{}", certs::key_of(&cluster_ca.cert).unwrap_or_default()))
+}
+
+/// Whether every broker runs with CA keys `generation`, ready: a key replacement may take its
+/// next step.
+pub fn settled(pods: &[k8s_openapi::api::core::v1::Pod], brokers: i32, generation: &str) -> bool {
+    pods.len() == brokers as usize
+        && pods.iter().all(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.annotations().get(CA_KEYS_ANNOTATION).map(String::as_str) == Some(generation)
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+}
+
+/// Whether every `User` Secret of the Cluster has the current trust bundle and, for a
+/// certificate user, a certificate from the current clients CA: before a key replacement signs
+/// with the new key, clients must trust it; before the old clients CA key stops being trusted,
+/// users must hold certificates of the new one. (The User controller updates the Secrets when
+/// a CA Secret changes.)
+async fn users_current(
+    client: &Client,
+    cluster: &Cluster,
+    cluster_ca: &Authority,
+    clients_ca: &Authority,
+) -> Result<bool, Error> {
+    let ns = cluster.namespace().ok_or(Error::MissingNamespace)?;
+    let selector = format!("app.kubernetes.io/instance={},oxbow.io/user", cluster.name_any());
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns)
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await?;
+    let issuer = certs::fingerprint(&clients_ca.cert);
+    Ok(secrets.items.iter().all(|s| {
+        text(s, "ca.crt").as_deref() == Some(cluster_ca.bundle.as_str())
+            && s.annotations().get(ISSUER_ANNOTATION).is_none_or(|i| *i == issuer)
+    }))
+}
+
+/// The step a CA the operator made takes in this reconcile.
+enum Step {
+    Keep,
+    Renew(String),
+    /// Key replacement, 1: trust a new key beside the current one.
+    Trust(&'static str),
+    /// 2: sign with the new key (the brokers trust it).
+    Switch,
+    /// 3: trust only the new key (everything is signed with it).
+    Retire,
+}
+
+/// Makes, renews, replaces the key of, or reads one CA; `events` gets what changed. A key
+/// replacement's next step goes when `ready`: for the cluster CA, every broker was restarted
+/// with the current keys (the quorum reads them at startup) and every user's Secret is
+/// current; for the clients CA, users' Secrets are current and [`PROPAGATION`] has passed
+/// since the last step, for the kubelets to update the brokers' mounted bundle.
 async fn authority(
     client: &Client,
     cluster: &Cluster,
     which: Which,
     now: OffsetDateTime,
+    ready: bool,
     events: &mut Vec<(&'static str, String)>,
 ) -> Result<Authority, Error> {
     let spec = spec_of(cluster, which);
@@ -139,37 +218,114 @@ async fn authority(
     let existing = Api::<Secret>::namespaced(client.clone(), &ns).get_opt(&name).await?;
     let annotation = |s: &Secret, k: &str| s.annotations().get(k).cloned().unwrap_or_default();
     let force = existing.as_ref().map(|s| annotation(s, FORCE_RENEW_ANNOTATION)).unwrap_or_default();
-    let ca = match &existing {
+    let replace = existing.as_ref().map(|s| annotation(s, FORCE_REPLACE_ANNOTATION)).unwrap_or_default();
+    let mut replaced_for = existing.as_ref().map(|s| annotation(s, REPLACED_FOR_ANNOTATION)).unwrap_or_default();
+    let mut step_at = existing.as_ref().map(|s| annotation(s, STEP_AT_ANNOTATION)).unwrap_or_default();
+    let settled = ready
+        && (which == Which::Cluster
+            || step_at.parse::<i64>().is_ok_and(|t| now.unix_timestamp() - t >= PROPAGATION.as_secs() as i64));
+    let bad = |e: certs::CertError| failed(format!("Secret {name}: {e}"));
+    let (ca, next) = match &existing {
         None => {
             let ca = certs::new_authority(&cn, now, spec.validity_days).map_err(|e| failed(e.to_string()))?;
             events.push(("CertificateAuthorityCreated", format!("created the CA {cn} (Secret {name})")));
-            ca
+            (ca, None)
         }
         Some(s) => {
             let ca = authority_of(s, &name)?;
-            let expiry = certs::not_after(&ca.cert).map_err(|e| failed(format!("Secret {name}: {e}")))?;
-            let forced = !force.is_empty() && force != annotation(s, RENEWED_FOR_ANNOTATION);
-            if forced || certs::due(expiry, now, spec.renewal_days) {
-                let renewed = certs::renew_authority(&ca, &cn, now, spec.validity_days)
-                    .map_err(|e| failed(format!("renewing {name}: {e}")))?;
-                let why =
-                    if forced { format!("{FORCE_RENEW_ANNOTATION}={force}") } else { format!("expires {expiry}") };
-                events.push(("CertificateAuthorityRenewed", format!("renewed the CA {cn} with the same key ({why})")));
-                renewed
+            let next = match (text(s, NEXT_CERT), text(s, NEXT_KEY)) {
+                (Some(cert), Some(key)) => Some(Authority { cert, key, bundle: ca.bundle.clone() }),
+                _ => None,
+            };
+            let expiry = certs::not_after(&ca.cert).map_err(bad)?;
+            let due = certs::due(expiry, now, spec.renewal_days);
+            let old_keys = certs::keys_of(&ca.bundle).len() > 1;
+            let step = if next.is_some() {
+                if settled { Step::Switch } else { Step::Keep }
+            } else if old_keys {
+                if settled { Step::Retire } else { Step::Keep }
+            } else if !replace.is_empty() && replace != replaced_for {
+                Step::Trust("asked")
+            } else if due && spec.expiration_policy == crate::crd::ExpirationPolicy::ReplaceKey {
+                Step::Trust("due")
+            } else if !force.is_empty() && force != annotation(s, RENEWED_FOR_ANNOTATION) {
+                Step::Renew(format!("{FORCE_RENEW_ANNOTATION}={force}"))
+            } else if due {
+                Step::Renew(format!("expires {expiry}"))
             } else {
-                ca
+                Step::Keep
+            };
+            if matches!(step, Step::Trust(_) | Step::Switch | Step::Retire) {
+                step_at = now.unix_timestamp().to_string();
+            }
+            match step {
+                Step::Keep => (ca, next),
+                Step::Renew(why) => {
+                    let renewed = certs::renew_authority(&ca, &cn, now, spec.validity_days)
+                        .map_err(|e| failed(format!("renewing {name}: {e}")))?;
+                    events.push((
+                        "CertificateAuthorityRenewed",
+                        format!("renewed the CA {cn} with the same key ({why})"),
+                    ));
+                    (renewed, None)
+                }
+                Step::Trust(why) => {
+                    let new = certs::next_authority(&ca, &cn, now, spec.validity_days).map_err(bad)?;
+                    replaced_for = replace.clone();
+                    let why = if why == "asked" {
+                        format!("{FORCE_REPLACE_ANNOTATION}={replace}")
+                    } else {
+                        format!("expires {expiry}")
+                    };
+                    events.push((
+                        "CertificateAuthorityKeyReplacing",
+                        format!("replacing the key of the CA {cn} ({why}): step 1 of 3, brokers trust the new key"),
+                    ));
+                    (Authority { bundle: new.bundle.clone(), ..ca }, Some(new))
+                }
+                Step::Switch => {
+                    events.push((
+                        "CertificateAuthorityKeyReplacing",
+                        format!(
+                            "replacing the key of the CA {cn}: step 2 of 3, certificates are signed with the new key"
+                        ),
+                    ));
+                    (next.unwrap_or(ca), None)
+                }
+                Step::Retire => {
+                    events.push((
+                        "CertificateAuthorityKeyReplaced",
+                        format!("replaced the key of the CA {cn}: step 3 of 3, the old key is no longer trusted"),
+                    ));
+                    (certs::retire_other_keys(&ca).map_err(bad)?, None)
+                }
             }
         }
     };
-    let annotations = BTreeMap::from([(RENEWED_FOR_ANNOTATION.to_string(), force)]);
+    let annotations = BTreeMap::from([
+        (RENEWED_FOR_ANNOTATION.to_string(), force),
+        (REPLACED_FOR_ANNOTATION.to_string(), replaced_for),
+        (STEP_AT_ANNOTATION.to_string(), step_at),
+    ]);
+    let mut pairs = vec![("tls.crt", ca.cert.as_str()), ("tls.key", ca.key.as_str()), ("ca.crt", ca.bundle.as_str())];
+    if let Some(n) = &next {
+        pairs.extend([(NEXT_CERT, n.cert.as_str()), (NEXT_KEY, n.key.as_str())]);
+    }
     let secret = Secret {
         metadata: meta(cluster, &name, annotations),
         type_: Some("kubernetes.io/tls".into()),
-        data: Some(data(&[("tls.crt", &ca.cert), ("tls.key", &ca.key), ("ca.crt", &ca.bundle)])),
+        data: Some(data(&pairs)),
         ..Default::default()
     };
     apply::<Secret>(client, &ns, &secret).await?;
     Ok(ca)
+}
+
+/// What [`reconcile`] did: the events to record, and the CA keys the brokers should run with
+/// (for [`CA_KEYS_ANNOTATION`]).
+pub struct Outcome {
+    pub events: Vec<(&'static str, String)>,
+    pub generation: String,
 }
 
 /// Brings a secured Cluster's certificates up to date: both CAs, then the broker certificate
@@ -181,11 +337,18 @@ pub async fn reconcile(
     cluster: &Cluster,
     settings: &Settings,
     external_hosts: &std::collections::BTreeSet<String>,
-) -> Result<Vec<(&'static str, String)>, Error> {
+    pods: &[k8s_openapi::api::core::v1::Pod],
+    brokers: i32,
+) -> Result<Outcome, Error> {
     let now = OffsetDateTime::now_utc();
     let mut events = Vec::new();
-    let ca = authority(client, cluster, Which::Cluster, now, &mut events).await?;
-    let clients = authority(client, cluster, Which::Clients, now, &mut events).await?;
+    let (users, rolled) =
+        match (load(client, cluster, Which::Cluster).await, load(client, cluster, Which::Clients).await) {
+            (Ok(a), Ok(b)) => (users_current(client, cluster, &a, &b).await?, settled(pods, brokers, &generation(&a))),
+            _ => (false, false),
+        };
+    let ca = authority(client, cluster, Which::Cluster, now, users && rolled, &mut events).await?;
+    let clients = authority(client, cluster, Which::Clients, now, users, &mut events).await?;
 
     let ns = cluster.namespace().ok_or(Error::MissingNamespace)?;
     let name = cluster.name_any();
@@ -234,7 +397,7 @@ pub async fn reconcile(
         ..Default::default()
     };
     apply::<Secret>(client, &ns, &secret).await?;
-    Ok(events)
+    Ok(Outcome { events, generation: generation(&ca) })
 }
 
 /// The TLS client settings of the operator on a secured Cluster: a short-lived certificate of
@@ -269,4 +432,26 @@ pub fn client_security(roots: &str, identity: Option<(&str, &str)>) -> Result<Cl
     };
     let tls = client_tls(store, identity, true).map_err(|e| failed(format!("TLS client settings: {e}")))?;
     Ok(ClientSecurity { tls: Some(tls), sasl: None })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_renewal_keeps_the_generation_and_each_key_replacement_step_changes_it() {
+        let now = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let ca = certs::new_authority("c-cluster-ca", now, 365).unwrap();
+        let renewed = certs::renew_authority(&ca, "c-cluster-ca", now + time::Duration::days(1), 365).unwrap();
+        assert_eq!(generation(&ca), generation(&renewed), "a renewal restarts nothing");
+        let next = certs::next_authority(&renewed, "c-cluster-ca", now, 365).unwrap();
+        let trusting = Authority { bundle: next.bundle.clone(), ..renewed.clone() };
+        let switched = next.clone();
+        let retired = certs::retire_other_keys(&switched).unwrap();
+        let steps = [generation(&renewed), generation(&trusting), generation(&switched), generation(&retired)];
+        for w in steps.windows(2) {
+            assert_ne!(w[0], w[1], "every step of a key replacement restarts the brokers");
+        }
+    }
 }

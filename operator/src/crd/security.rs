@@ -184,6 +184,28 @@ pub struct CaSpec {
     #[serde(default = "days_30")]
     #[schemars(range(min = 1, max = 36500))]
     pub renewal_days: i32,
+    /// What happens to a CA the operator made when it is due: `renew-certificate` (the
+    /// default: a new certificate for the same key, nothing restarts) or `replace-key` (a new
+    /// key: brokers trust it, then certificates are signed with it, then the old key is no
+    /// longer trusted, each step a rolling restart). The annotation `oxbow.io/force-replace` on
+    /// the CA's Secret replaces the key at once.
+    #[serde(default, skip_serializing_if = "ExpirationPolicy::is_renew")]
+    pub expiration_policy: ExpirationPolicy,
+}
+
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExpirationPolicy {
+    #[default]
+    #[serde(rename = "renew-certificate")]
+    RenewCertificate,
+    #[serde(rename = "replace-key")]
+    ReplaceKey,
+}
+
+impl ExpirationPolicy {
+    pub fn is_renew(&self) -> bool {
+        *self == ExpirationPolicy::RenewCertificate
+    }
 }
 
 fn days_365() -> i32 {
@@ -196,7 +218,12 @@ fn days_30() -> i32 {
 
 impl Default for CaSpec {
     fn default() -> Self {
-        CaSpec { secret_name: None, validity_days: days_365(), renewal_days: days_30() }
+        CaSpec {
+            secret_name: None,
+            validity_days: days_365(),
+            renewal_days: days_30(),
+            expiration_policy: ExpirationPolicy::RenewCertificate,
+        }
     }
 }
 
