@@ -140,7 +140,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     }
     let addresses = external::addresses(&cluster, &ctx.settings, &external_services, service_brokers, &node_ips);
     // A secured Cluster's certificates first: brokers cannot start without them.
-    let mut ca_keys = None;
+    let (mut ca_keys, mut certificates_waiting) = (None, None);
     if cluster.spec.secured() {
         let brokers = current.unwrap_or(cluster.spec.replicas);
         let outcome = tls::reconcile(client, &cluster, &ctx.settings, &addresses.hosts, &pods, brokers).await?;
@@ -148,15 +148,20 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
             tracing::info!(cluster = %name, reason, note, "certificates");
             ctx.event(cluster.as_ref(), reason, "Certificates", note).await;
         }
-        ca_keys = Some(outcome.generation);
+        ca_keys = outcome.generation;
+        certificates_waiting = outcome.waiting;
     }
     let mut admin = admin(&ctx, &cluster).await.ok();
     let quorum = match admin.as_mut() {
         Some(a) => a.describe_quorum().await.ok(),
         None => None,
     };
-    let mut notes =
-        status::Notes { quorum: quorum.clone(), listeners: addresses.statuses.clone(), ..Default::default() };
+    let mut notes = status::Notes {
+        quorum: quorum.clone(),
+        listeners: addresses.statuses.clone(),
+        certificates: certificates_waiting,
+        ..Default::default()
+    };
 
     // Decide and apply the owned objects: a running cluster keeps the initial voters it was
     // started with. A scale-down waits while the brokers that would go hold partitions or are
@@ -326,7 +331,8 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
             if notes.config.is_none()
                 && notes.scale_down_blocked.is_none()
                 && notes.voters.is_none()
-                && notes.external.is_none() =>
+                && notes.external.is_none()
+                && notes.certificates.is_none() =>
         {
             Action::requeue(Duration::from_secs(60))
         }

@@ -42,18 +42,24 @@ pub fn needs_host_ip(cluster: &Cluster) -> bool {
     listeners(cluster).any(|l| l.type_ == ListenerType::NodePort)
 }
 
-/// The `server.properties` keys external listeners need: the file config provider.
-pub fn properties(cluster: &Cluster) -> BTreeMap<String, String> {
+/// Adds what external listeners need to `server.properties` (after `spec.config`): the `file`
+/// config provider, beside any providers the user configured.
+pub fn add_providers(cluster: &Cluster, props: &mut BTreeMap<String, String>) {
     if listeners(cluster).next().is_none() {
-        return BTreeMap::new();
+        return;
     }
-    BTreeMap::from([
-        ("config.providers".to_string(), "file".to_string()),
-        (
-            "config.providers.file.class".to_string(),
-            "org.apache.kafka.common.config.provider.FileConfigProvider".to_string(),
-        ),
-    ])
+    let mut names: Vec<String> = props
+        .get("config.providers")
+        .map(|v| v.split(',').map(str::trim).filter(|n| !n.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default();
+    if !names.iter().any(|n| n == "file") {
+        names.push("file".into());
+    }
+    props.insert("config.providers".into(), names.join(","));
+    props.insert(
+        "config.providers.file.class".into(),
+        "org.apache.kafka.common.config.provider.FileConfigProvider".into(),
+    );
 }
 
 /// The `advertised.listeners` entry of an external listener, for the pod template (Kubernetes
@@ -230,21 +236,20 @@ pub fn replicas_cap(addresses: &Addresses, want: i32, current: Option<i32>) -> i
     }
 }
 
-/// Deletes the per-broker Services of brokers at or above `brokers` (after a scale-down).
+/// Deletes the external listeners' Services that should not be there: those of brokers at or
+/// above `brokers` (after a scale-down), and those of a listener that is gone or no longer
+/// external (a load balancer left in place would keep the port reachable from outside).
 pub async fn delete_departed(
     client: &kube::Client,
     cluster: &Cluster,
     ns: &str,
     brokers: i32,
 ) -> Result<(), crate::Error> {
-    if listeners(cluster).next().is_none() {
-        return Ok(());
-    }
+    let keep: BTreeSet<String> = services(cluster, brokers).iter().map(|s| s.name_any()).collect();
     let api: kube::Api<Service> = kube::Api::namespaced(client.clone(), ns);
-    let selector = format!("app.kubernetes.io/instance={},{BROKER_LABEL}", cluster.name_any());
+    let selector = format!("app.kubernetes.io/instance={},{LISTENER_LABEL}", cluster.name_any());
     for s in api.list(&kube::api::ListParams::default().labels(&selector)).await?.items {
-        let broker = s.labels().get(BROKER_LABEL).and_then(|b| b.parse::<i32>().ok());
-        if broker.is_some_and(|b| b >= brokers) {
+        if !keep.contains(&s.name_any()) {
             api.delete(&s.name_any(), &Default::default()).await?;
         }
     }
@@ -348,6 +353,19 @@ mod tests {
         assert_eq!(
             advertised(&c.spec.listeners[1]),
             "LB://${file:/etc/oxbow/addresses.properties:lb.$(NODE_ID).host}:9095"
+        );
+    }
+
+    #[test]
+    fn the_file_provider_joins_the_users_providers() {
+        let mut c = cluster();
+        c.spec.config.insert("config.providers".into(), "env".into());
+        c.spec.config.insert("config.providers.env.class".into(), "E".into());
+        let props = super::super::desired::server_properties(&c, &settings(), None);
+        assert!(props.contains("\nconfig.providers=env,file\n"), "{props}");
+        assert!(props.contains("\nconfig.providers.env.class=E\n"), "{props}");
+        assert!(
+            props.contains("config.providers.file.class=org.apache.kafka.common.config.provider.FileConfigProvider\n")
         );
     }
 

@@ -92,22 +92,20 @@ pub fn status(
     let not_ready: Vec<&str> = pods.iter().filter(|p| !p.ready).map(|p| p.name.as_str()).collect();
     let degraded = !not_ready.is_empty() && !restarting && current;
     let ns = cluster.namespace().unwrap_or_default();
+    // Steps that wait on something outside the reconcile come first.
+    let waiting = (notes.certificates.as_deref().map(|n| ("ReplacingCaKey", n)))
+        .or_else(|| notes.external.as_deref().map(|n| ("WaitingForAddresses", n)));
     let mut conditions = vec![
         condition(&old, "Ready", all_ready && current, ready_reason, ready_msg, generation),
-        match (config_note, notes.voters.as_deref()) {
-            _ if notes.external.is_some() => condition(
-                &old,
-                "Reconciling",
-                true,
-                "WaitingForAddresses",
-                notes.external.clone().unwrap_or_default(),
-                generation,
-            ),
-            (Some(note), _) => {
+        match (waiting, config_note, notes.voters.as_deref()) {
+            (Some((reason, note)), _, _) => condition(&old, "Reconciling", true, reason, note.to_string(), generation),
+            (None, Some(note), _) => {
                 condition(&old, "Reconciling", true, "DynamicConfigPending", note.to_string(), generation)
             }
-            (None, Some(note)) => condition(&old, "Reconciling", true, "QuorumChanging", note.to_string(), generation),
-            (None, None) => condition(
+            (None, None, Some(note)) => {
+                condition(&old, "Reconciling", true, "QuorumChanging", note.to_string(), generation)
+            }
+            (None, None, None) => condition(
                 &old,
                 "Reconciling",
                 !(all_ready && current),
@@ -228,4 +226,6 @@ pub struct Notes {
     pub external: Option<String>,
     /// How clients reach each listener.
     pub listeners: Vec<crate::crd::ListenerStatus>,
+    /// A CA key replacement step that waits, and for what.
+    pub certificates: Option<String>,
 }

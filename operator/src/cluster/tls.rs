@@ -138,21 +138,24 @@ fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
     pairs.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect()
 }
 
-/// The cluster CA keys the brokers run with, as one fingerprint: the keys its bundle trusts and
-/// the key it signs with. It changes when the key is replaced (each step), never on a renewal.
-/// The clients CA is left out: only client listeners use it, and they reload it from disk.
-pub fn generation(cluster_ca: &Authority) -> String {
-    let trusted = certs::keys_of(&cluster_ca.bundle).join("+");
-    certs::fingerprint(&format!("{trusted}/{}", certs::key_of(&cluster_ca.cert).unwrap_or_default()))
+/// The cluster CA keys the brokers run with, as one fingerprint of the keys its bundle trusts
+/// and the key it signs with; `None` in the steady state (one key, trusted and signing), so a
+/// Cluster that never replaced a key carries no annotation. It changes at each step of a key
+/// replacement (back to `None` at the last), never on a renewal. The clients CA is left out:
+/// only client listeners use it, and they reload it from disk.
+pub fn generation(cluster_ca: &Authority) -> Option<String> {
+    let trusted = certs::keys_of(&cluster_ca.bundle);
+    let signing = certs::key_of(&cluster_ca.cert).unwrap_or_default();
+    (trusted != [signing.clone()]).then(|| certs::fingerprint(&format!("{}/{signing}", trusted.join("+"))))
 }
 
 /// Whether every broker runs with CA keys `generation`, ready: a key replacement may take its
 /// next step.
-pub fn settled(pods: &[k8s_openapi::api::core::v1::Pod], brokers: i32, generation: &str) -> bool {
+pub fn settled(pods: &[k8s_openapi::api::core::v1::Pod], brokers: i32, generation: Option<&str>) -> bool {
     pods.len() == brokers as usize
         && pods.iter().all(|p| {
             p.metadata.deletion_timestamp.is_none()
-                && p.annotations().get(CA_KEYS_ANNOTATION).map(String::as_str) == Some(generation)
+                && p.annotations().get(CA_KEYS_ANNOTATION).map(String::as_str) == generation
                 && p.status
                     .as_ref()
                     .and_then(|s| s.conditions.as_ref())
@@ -160,27 +163,32 @@ pub fn settled(pods: &[k8s_openapi::api::core::v1::Pod], brokers: i32, generatio
         })
 }
 
-/// Whether every `User` Secret of the Cluster has the current trust bundle and, for a
-/// certificate user, a certificate from the current clients CA: before a key replacement signs
-/// with the new key, clients must trust it; before the old clients CA key stops being trusted,
-/// users must hold certificates of the new one. (The User controller updates the Secrets when
-/// a CA Secret changes.)
-async fn users_current(
+/// The `User`s of the Cluster whose Secret lacks the current trust bundle or, for a certificate
+/// user, a certificate from the current clients CA: before a key replacement signs with the new
+/// key, clients must trust it; before the old clients CA key stops being trusted, users must
+/// hold certificates of the new one. (The User controller updates the Secrets when a CA Secret
+/// changes.)
+async fn stale_users(
     client: &Client,
     cluster: &Cluster,
     cluster_ca: &Authority,
     clients_ca: &Authority,
-) -> Result<bool, Error> {
+) -> Result<Vec<String>, Error> {
     let ns = cluster.namespace().ok_or(Error::MissingNamespace)?;
     let selector = format!("app.kubernetes.io/instance={},oxbow.io/user", cluster.name_any());
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns)
         .list(&kube::api::ListParams::default().labels(&selector))
         .await?;
     let issuer = certs::fingerprint(&clients_ca.cert);
-    Ok(secrets.items.iter().all(|s| {
-        text(s, "ca.crt").as_deref() == Some(cluster_ca.bundle.as_str())
-            && s.annotations().get(ISSUER_ANNOTATION).is_none_or(|i| *i == issuer)
-    }))
+    Ok(secrets
+        .items
+        .iter()
+        .filter(|s| {
+            text(s, "ca.crt").as_deref() != Some(cluster_ca.bundle.as_str())
+                || s.annotations().get(ISSUER_ANNOTATION).is_some_and(|i| *i != issuer)
+        })
+        .map(|s| s.labels().get("oxbow.io/user").cloned().unwrap_or_else(|| s.name_any()))
+        .collect())
 }
 
 /// The step a CA the operator made takes in this reconcile.
@@ -196,17 +204,19 @@ enum Step {
 }
 
 /// Makes, renews, replaces the key of, or reads one CA; `events` gets what changed. A key
-/// replacement's next step goes when `ready`: for the cluster CA, every broker was restarted
-/// with the current keys (the quorum reads them at startup) and every user's Secret is
-/// current; for the clients CA, users' Secrets are current and [`PROPAGATION`] has passed
-/// since the last step, for the kubelets to update the brokers' mounted bundle.
+/// replacement's next step goes unless `blocked` says what it waits for: for the cluster CA,
+/// every broker restarted with the current keys (the quorum reads them at startup) and every
+/// user's Secret current; for the clients CA, users' Secrets current, and also [`PROPAGATION`]
+/// since the last step, for the kubelets to update the brokers' mounted bundle. A step that
+/// waits is added to `waiting`.
 async fn authority(
     client: &Client,
     cluster: &Cluster,
     which: Which,
     now: OffsetDateTime,
-    ready: bool,
+    blocked: Option<String>,
     events: &mut Vec<(&'static str, String)>,
+    waiting: &mut Vec<String>,
 ) -> Result<Authority, Error> {
     let spec = spec_of(cluster, which);
     if spec.secret_name.is_some() {
@@ -221,9 +231,16 @@ async fn authority(
     let replace = existing.as_ref().map(|s| annotation(s, FORCE_REPLACE_ANNOTATION)).unwrap_or_default();
     let mut replaced_for = existing.as_ref().map(|s| annotation(s, REPLACED_FOR_ANNOTATION)).unwrap_or_default();
     let mut step_at = existing.as_ref().map(|s| annotation(s, STEP_AT_ANNOTATION)).unwrap_or_default();
-    let settled = ready
-        && (which == Which::Cluster
-            || step_at.parse::<i64>().is_ok_and(|t| now.unix_timestamp() - t >= PROPAGATION.as_secs() as i64));
+    // A renewal asked for while a key replacement runs waits for it to finish.
+    let mut renewed_for = existing.as_ref().map(|s| annotation(s, RENEWED_FOR_ANNOTATION)).unwrap_or_default();
+    let propagated = step_at.parse::<i64>().is_ok_and(|t| now.unix_timestamp() - t >= PROPAGATION.as_secs() as i64);
+    let blocked = match blocked {
+        None if which == Which::Clients && !propagated => {
+            Some(format!("{}s for the brokers' mounted bundle to change", PROPAGATION.as_secs()))
+        }
+        b => b,
+    };
+    let settled = blocked.is_none();
     let bad = |e: certs::CertError| failed(format!("Secret {name}: {e}"));
     let (ca, next) = match &existing {
         None => {
@@ -240,6 +257,12 @@ async fn authority(
             let expiry = certs::not_after(&ca.cert).map_err(bad)?;
             let due = certs::due(expiry, now, spec.renewal_days);
             let old_keys = certs::keys_of(&ca.bundle).len() > 1;
+            let done = if next.is_some() { 1 } else { 2 };
+            if (next.is_some() || old_keys)
+                && let Some(why) = &blocked
+            {
+                waiting.push(format!("key replacement of {cn} (step {done} of 3 done) waits for {why}"));
+            }
             let step = if next.is_some() {
                 if settled { Step::Switch } else { Step::Keep }
             } else if old_keys {
@@ -248,7 +271,7 @@ async fn authority(
                 Step::Trust("asked")
             } else if due && spec.expiration_policy == crate::crd::ExpirationPolicy::ReplaceKey {
                 Step::Trust("due")
-            } else if !force.is_empty() && force != annotation(s, RENEWED_FOR_ANNOTATION) {
+            } else if !force.is_empty() && force != renewed_for {
                 Step::Renew(format!("{FORCE_RENEW_ANNOTATION}={force}"))
             } else if due {
                 Step::Renew(format!("expires {expiry}"))
@@ -261,6 +284,7 @@ async fn authority(
             match step {
                 Step::Keep => (ca, next),
                 Step::Renew(why) => {
+                    renewed_for = force.clone();
                     let renewed = certs::renew_authority(&ca, &cn, now, spec.validity_days)
                         .map_err(|e| failed(format!("renewing {name}: {e}")))?;
                     events.push((
@@ -303,7 +327,7 @@ async fn authority(
         }
     };
     let annotations = BTreeMap::from([
-        (RENEWED_FOR_ANNOTATION.to_string(), force),
+        (RENEWED_FOR_ANNOTATION.to_string(), renewed_for),
         (REPLACED_FOR_ANNOTATION.to_string(), replaced_for),
         (STEP_AT_ANNOTATION.to_string(), step_at),
     ]);
@@ -325,7 +349,9 @@ async fn authority(
 /// (for [`CA_KEYS_ANNOTATION`]).
 pub struct Outcome {
     pub events: Vec<(&'static str, String)>,
-    pub generation: String,
+    pub generation: Option<String>,
+    /// A key replacement step that waits, and for what.
+    pub waiting: Option<String>,
 }
 
 /// Brings a secured Cluster's certificates up to date: both CAs, then the broker certificate
@@ -344,11 +370,18 @@ pub async fn reconcile(
     let mut events = Vec::new();
     let (users, rolled) =
         match (load(client, cluster, Which::Cluster).await, load(client, cluster, Which::Clients).await) {
-            (Ok(a), Ok(b)) => (users_current(client, cluster, &a, &b).await?, settled(pods, brokers, &generation(&a))),
-            _ => (false, false),
+            (Ok(a), Ok(b)) => {
+                let stale = stale_users(client, cluster, &a, &b).await?;
+                let users = (!stale.is_empty()).then(|| format!("the Secrets of users {}", stale.join(", ")));
+                (users, settled(pods, brokers, generation(&a).as_deref()))
+            }
+            _ => (Some("the CA Secrets".to_string()), false),
         };
-    let ca = authority(client, cluster, Which::Cluster, now, users && rolled, &mut events).await?;
-    let clients = authority(client, cluster, Which::Clients, now, users, &mut events).await?;
+    let brokers_blocked =
+        users.clone().or_else(|| (!rolled).then(|| "the brokers to restart with the new keys".into()));
+    let mut waiting = Vec::new();
+    let ca = authority(client, cluster, Which::Cluster, now, brokers_blocked, &mut events, &mut waiting).await?;
+    let clients = authority(client, cluster, Which::Clients, now, users, &mut events, &mut waiting).await?;
 
     let ns = cluster.namespace().ok_or(Error::MissingNamespace)?;
     let name = cluster.name_any();
@@ -397,7 +430,7 @@ pub async fn reconcile(
         ..Default::default()
     };
     apply::<Secret>(client, &ns, &secret).await?;
-    Ok(Outcome { events, generation: generation(&ca) })
+    Ok(Outcome { events, generation: generation(&ca), waiting: (!waiting.is_empty()).then(|| waiting.join("; ")) })
 }
 
 /// The TLS client settings of the operator on a secured Cluster: a short-lived certificate of
@@ -444,7 +477,8 @@ mod tests {
         let now = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
         let ca = certs::new_authority("c-cluster-ca", now, 365).unwrap();
         let renewed = certs::renew_authority(&ca, "c-cluster-ca", now + time::Duration::days(1), 365).unwrap();
-        assert_eq!(generation(&ca), generation(&renewed), "a renewal restarts nothing");
+        assert_eq!(generation(&ca), None, "no annotation while one key is trusted and signs");
+        assert_eq!(generation(&renewed), None, "a renewal restarts nothing");
         let next = certs::next_authority(&renewed, "c-cluster-ca", now, 365).unwrap();
         let trusting = Authority { bundle: next.bundle.clone(), ..renewed.clone() };
         let switched = next.clone();
@@ -453,5 +487,6 @@ mod tests {
         for w in steps.windows(2) {
             assert_ne!(w[0], w[1], "every step of a key replacement restarts the brokers");
         }
+        assert_eq!(steps[3], None, "back to the steady state");
     }
 }

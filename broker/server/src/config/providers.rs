@@ -45,6 +45,14 @@ pub fn resolve(map: &mut BTreeMap<String, String>, env: &dyn Fn(&str) -> Option<
         .get("config.providers")
         .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect())
         .unwrap_or_default();
+    // Kafka's provider parameters restrict what may be read (`allowlist.pattern`,
+    // `allowed.paths`): refused rather than accepted and not enforced.
+    if let Some(key) = map.keys().find(|k| k.starts_with("config.providers.") && k.contains(".param.")) {
+        return Err(ConfigError::Inconsistent {
+            key: key.clone(),
+            reason: "config provider parameters (allowlist.pattern, allowed.paths) are not supported: remove it".into(),
+        });
+    }
     let mut providers = BTreeMap::new();
     for name in names {
         let key = format!("config.providers.{name}.class");
@@ -112,7 +120,12 @@ fn substitute(
             None => (None, tail),
         };
         let resolved = match (provider, path) {
-            (Provider::Env, _) => env(item).ok_or_else(|| fail(format!("{whole}: no environment variable {item}")))?,
+            (Provider::Env, None) => {
+                env(item).ok_or_else(|| fail(format!("{whole}: no environment variable {item}")))?
+            }
+            (Provider::Env, Some(_)) => {
+                return Err(fail(format!("{whole}: expected ${{{name}:NAME}}, without a path")));
+            }
             (Provider::File, Some(path)) => {
                 if !files.contains_key(path) {
                     let text = std::fs::read_to_string(path)
@@ -135,7 +148,9 @@ fn substitute(
                     reason: format!("{e} (for {key})"),
                 })?
             }
-            (_, None) => return Err(fail(format!("{whole}: expected ${{{name}:PATH:KEY}}"))),
+            (Provider::File | Provider::Directory, None) => {
+                return Err(fail(format!("{whole}: expected ${{{name}:PATH:KEY}}")));
+            }
         };
         out.push_str(&resolved);
     }
@@ -205,6 +220,16 @@ mod tests {
         assert!(matches!(resolve(&mut m, &env), Err(ConfigError::Invalid { .. })));
         let mut m = map(&[("config.providers", "v")]);
         assert!(matches!(resolve(&mut m, &env), Err(ConfigError::Inconsistent { .. })));
+        let mut m = map(&[
+            ("config.providers", "env"),
+            ("config.providers.env.class", ENV),
+            ("config.providers.env.param.allowlist.pattern", "^HOST_.*"),
+        ]);
+        let e = resolve(&mut m, &env).unwrap_err().to_string();
+        assert!(e.contains("config.providers.env.param.allowlist.pattern") && e.contains("not supported"), "{e}");
+        let mut m =
+            map(&[("config.providers", "env"), ("config.providers.env.class", ENV), ("x", "${env:/p:HOST_IP}")]);
+        assert!(resolve(&mut m, &env).unwrap_err().to_string().contains("without a path"));
         assert!(is_provider_key("config.providers.file.class"));
         assert!(is_provider_key("config.providers.env.param.allowlist.pattern"));
         assert!(!is_provider_key("config.providers.file"));

@@ -60,7 +60,7 @@ pub const KEYS: &[KeyDef] = &[
         name: "config.providers",
         default: Some(""),
         kind: Kind::Text,
-        doc: "Config providers (Kafka's KIP-297 and KIP-887): a value may then hold `${name:PATH:KEY}` or `${name:KEY}`, resolved once at startup. Each name needs `config.providers.<name>.class`: `org.apache.kafka.common.config.provider.FileConfigProvider` (`${file:/etc/a.properties:key}`: a key of a properties file), `org.apache.kafka.common.config.provider.DirectoryConfigProvider` (`${dir:/etc/secret:name}`: a file's contents) or `org.apache.kafka.common.config.provider.EnvVarConfigProvider` (`${env:NAME}`). A reference to an unconfigured provider stays as written; a missing file, key or variable stops startup.",
+        doc: "Config providers (Kafka's KIP-297 and KIP-887): a value may then hold `${name:PATH:KEY}` or `${name:KEY}`, resolved once at startup. Each name needs `config.providers.<name>.class`: `org.apache.kafka.common.config.provider.FileConfigProvider` (`${file:/etc/a.properties:key}`: a key of a properties file), `org.apache.kafka.common.config.provider.DirectoryConfigProvider` (`${dir:/etc/secret:name}`: a file's contents) or `org.apache.kafka.common.config.provider.EnvVarConfigProvider` (`${env:NAME}`). A reference to an unconfigured provider stays as written; a missing file, key or variable stops startup. Provider parameters (`config.providers.<name>.param.*`: `allowlist.pattern`, `allowed.paths`) are refused.",
     },
     KeyDef {
         name: "controller.listener.names",
