@@ -489,7 +489,18 @@ impl Controller {
             }
             let leads_nothing =
                 records.iter().all(|r| !matches!(r, Record::PartitionChange(_))) && !leads_any(img, node_id);
-            return Ok(Decision::new(records, Reply::Heartbeat { fenced: b.fenced, shutdown_complete: leads_nothing }));
+            // Done: fenced, and its session ends (as Kafka's SHUTDOWN_NOW), so the process that
+            // replaces it registers at once instead of waiting out the session.
+            if leads_nothing && !b.fenced {
+                records.push(Record::FenceBroker { node_id, epoch });
+                self.last_heartbeat_ms.remove(&node_id);
+            }
+            let fenced = b.fenced || leads_nothing;
+            return Ok(Decision::new(records, Reply::Heartbeat { fenced, shutdown_complete: leads_nothing }));
+        }
+        // A broker that finished its controlled shutdown comes back only by registering again.
+        if b.in_controlled_shutdown && b.fenced {
+            return Ok(Decision::new(Vec::new(), Reply::Heartbeat { fenced: true, shutdown_complete: false }));
         }
         if b.fenced {
             records.push(Record::UnfenceBroker { node_id, epoch });

@@ -3,8 +3,10 @@
 //! replies carry `Result<response, RaftError>` so the remote node's Raft errors reach openraft
 //! unchanged.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use openraft::BasicNode;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
@@ -13,6 +15,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
+use parking_lot::Mutex;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
@@ -63,15 +66,51 @@ impl ControllerTls {
     }
 }
 
+/// How long a controller's announced address ([`Redirects`]) is used instead of its name: longer
+/// than cluster DNS keeps an old answer (kubeadm's CoreDNS: `ttl 30`, `cache 30`).
+pub const REDIRECT_FOR: Duration = Duration::from_secs(90);
+
+/// Addresses controllers announced for themselves after a restart, used instead of their names
+/// for a while. A restarted pod has a new IP that cluster DNS may keep answering with the old
+/// one for up to half a minute; openraft's leader pushes the log to its followers, so without
+/// this the leader cannot reach a restarted voter until DNS catches up (KRaft's followers pull,
+/// and never meet this). A redirect only changes where a connection goes: TLS still checks the
+/// certificate against the node's name.
+#[derive(Clone, Default)]
+pub struct Redirects(Arc<Mutex<HashMap<u64, (String, Instant)>>>);
+
+impl Redirects {
+    /// `node` said it listens at `addr` (`ip:port`), now.
+    pub fn set(&self, node: u64, addr: String) {
+        self.0.lock().insert(node, (addr, Instant::now()));
+    }
+
+    /// Where to connect to `node` instead of its name, if it announced itself lately.
+    pub fn get(&self, node: u64) -> Option<String> {
+        let mut m = self.0.lock();
+        match m.get(&node) {
+            Some((a, at)) if at.elapsed() < REDIRECT_FOR => Some(a.clone()),
+            Some(_) => {
+                m.remove(&node);
+                None
+            }
+            None => None,
+        }
+    }
+}
+
 /// A lazily connected gRPC channel to `addr` (`host:port`), from `local_ip` if given (so a
 /// node's quorum traffic leaves from its own address), over TLS if the controllers use it.
-pub fn channel(
+/// With `via` (`ip:port`) it connects there instead; TLS checks the certificate against
+/// `addr`'s host either way.
+pub fn channel_via(
     addr: &str,
+    via: Option<&str>,
     local_ip: Option<IpAddr>,
     tls: Option<&ControllerTls>,
 ) -> Result<Channel, tonic::transport::Error> {
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))?
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{}", via.unwrap_or(addr)))?
         .local_address(local_ip)
         .connect_timeout(Duration::from_secs(2))
         .tcp_nodelay(true)
@@ -86,22 +125,45 @@ pub fn channel(
 pub struct NetworkFactory {
     pub local_ip: Option<IpAddr>,
     pub tls: Option<ControllerTls>,
+    pub redirects: Redirects,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = Connection;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> Connection {
-        let client = channel(&node.addr, self.local_ip, self.tls.as_ref())
-            .ok()
-            .map(|c| QuorumClient::new(c).max_decoding_message_size(256 << 20));
-        Connection { target, client }
+        let mut c = Connection {
+            target,
+            addr: node.addr.clone(),
+            local_ip: self.local_ip,
+            tls: self.tls.clone(),
+            redirects: self.redirects.clone(),
+            via: None,
+            client: None,
+        };
+        c.connect();
+        c
     }
 }
 
 pub struct Connection {
     target: u64,
+    addr: String,
+    local_ip: Option<IpAddr>,
+    tls: Option<ControllerTls>,
+    redirects: Redirects,
+    /// The announced address the client connects to, if any.
+    via: Option<String>,
     client: Option<QuorumClient<Channel>>,
+}
+
+impl Connection {
+    fn connect(&mut self) {
+        self.via = self.redirects.get(self.target);
+        self.client = channel_via(&self.addr, self.via.as_deref(), self.local_ip, self.tls.as_ref())
+            .ok()
+            .map(|c| QuorumClient::new(c).max_decoding_message_size(256 << 20));
+    }
 }
 
 type RpcResult<T, E> = Result<T, RPCError<u64, BasicNode, RaftError<u64, E>>>;
@@ -114,6 +176,9 @@ impl Connection {
         E: std::error::Error + DeserializeOwned,
     {
         let unreachable = |e: &dyn std::error::Error| RPCError::Unreachable(Unreachable::new(&AnyError(e.to_string())));
+        if self.redirects.get(self.target) != self.via {
+            self.connect();
+        }
         let Some(client) = self.client.as_mut() else {
             return Err(unreachable(&AnyError(format!("bad address of node {}", self.target))));
         };

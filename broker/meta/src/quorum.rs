@@ -25,7 +25,7 @@ use tonic::{Request, Response, Status};
 
 use crate::controller::{Command, Controller, Refusal, Reply, done_before};
 use crate::image::MetadataImage;
-use crate::network::{NetworkFactory, channel, decode, encode};
+use crate::network::{NetworkFactory, Redirects, channel_via, decode, encode};
 use crate::raft::{LogStore, Published, Raft, RecordBatch, StateMachine, TypeConfig, open_db};
 use crate::records::NodeId;
 use crate::rpc::Payload;
@@ -157,6 +157,12 @@ pub enum QuorumAdmin {
         node_id: NodeId,
     },
     Describe,
+    /// A restarted controller's word that it listens on `port` at the address this request
+    /// comes from ([`crate::network::Redirects`]); sent to every other voter, not routed.
+    Announce {
+        node_id: NodeId,
+        port: u16,
+    },
 }
 
 /// Why a quorum change was refused.
@@ -185,7 +191,10 @@ struct Inner {
     image: watch::Receiver<Arc<MetadataImage>>,
     published: Arc<Published>,
     controller: tokio::sync::Mutex<Controller>,
-    clients: Mutex<BTreeMap<NodeId, QuorumClient<Channel>>>,
+    /// Per node: the announced address its client connects to (if any), and the client.
+    clients: Mutex<BTreeMap<NodeId, ViaClient>>,
+    /// Addresses restarted controllers announced (shared with openraft's network).
+    redirects: Redirects,
     /// CONTROLLER addresses of the quorum's members: configured voters, then what the
     /// membership log and fetch replies tell.
     addrs: Mutex<BTreeMap<NodeId, String>>,
@@ -207,6 +216,9 @@ fn now_ms() -> u64 {
 
 const NO_LEADER: u64 = u64::MAX;
 
+/// A client of a node, with the announced address it connects to (`None`: the node's name).
+type ViaClient = (Option<String>, QuorumClient<Channel>);
+
 impl Quorum {
     /// Starts this node's part of the quorum; its tasks run in `tasks` until `shutdown`.
     pub async fn start(
@@ -216,8 +228,9 @@ impl Quorum {
     ) -> Result<Quorum, QuorumError> {
         let (tx, rx) = watch::channel(Arc::new(MetadataImage::default()));
         let published = Arc::new(Published { image: tx, bytes_since_snapshot: AtomicU64::new(0) });
+        let redirects = Redirects::default();
         let (raft, restarted) = if cfg.controller {
-            let (raft, restarted) = start_raft(&cfg, published.clone()).await?;
+            let (raft, restarted) = start_raft(&cfg, published.clone(), redirects.clone()).await?;
             (Some(raft), restarted)
         } else {
             (None, false)
@@ -240,6 +253,7 @@ impl Quorum {
             image: rx,
             published,
             clients: Mutex::new(BTreeMap::new()),
+            redirects,
             leader_hint: AtomicU64::new(NO_LEADER),
             heard_from_leader: tokio::sync::Notify::new(),
         });
@@ -351,6 +365,7 @@ impl Quorum {
             let heard = tokio::select! {
                 _ = q.inner.heard_from_leader.notified() => true,
                 _ = tokio::time::sleep(hold) => false,
+                _ = q.announce_until_heard() => false,
                 _ = shutdown.cancelled() => return,
             };
             if let Some(r) = &q.inner.raft {
@@ -358,6 +373,26 @@ impl Quorum {
             }
             tracing::info!(heard_from_leader = heard, "restarted voter may start elections again");
         });
+    }
+
+    /// Tells every other voter, once a second, the address this node listens at (as the
+    /// connection's source address shows it), so the leader reaches it before cluster DNS has
+    /// its new address ([`Redirects`]). Never returns; the caller stops it.
+    async fn announce_until_heard(&self) {
+        let Some(port) = self.inner.cfg.controller_listener.map(|l| l.port()) else {
+            return std::future::pending().await;
+        };
+        let req = Routed::Admin(QuorumAdmin::Announce { node_id: self.node_id(), port });
+        loop {
+            let others: Vec<NodeId> =
+                self.inner.addrs.lock().keys().copied().filter(|n| *n >= 0 && *n != self.node_id()).collect();
+            for n in others {
+                if let Err(e) = self.run_remote(n, &req, Duration::from_secs(1), false).await {
+                    tracing::debug!(node = n, error = %e, "could not announce this controller's address");
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
 
     pub fn is_controller(&self) -> bool {
@@ -584,6 +619,8 @@ impl Quorum {
         let unavailable = |e: &dyn std::fmt::Display| CommandError::Unavailable(e.to_string());
         match req {
             QuorumAdmin::Describe => Ok(Ok(AdminReply::State(state))),
+            // Answered by the receiving node itself (`quorum_admin`), never routed here.
+            QuorumAdmin::Announce { .. } => Ok(Ok(AdminReply::Done)),
             QuorumAdmin::AddVoter { node_id, addr } => {
                 if is_voter(*node_id) {
                     return Ok(Err(AdminRefusal::DuplicateVoter(*node_id)));
@@ -636,14 +673,17 @@ impl Quorum {
     }
 
     fn client(&self, node: NodeId) -> Option<QuorumClient<Channel>> {
+        let via = if node >= 0 { self.inner.redirects.get(node as u64) } else { None };
         let mut clients = self.inner.clients.lock();
-        if let Some(c) = clients.get(&node) {
+        if let Some((v, c)) = clients.get(&node)
+            && *v == via
+        {
             return Some(c.clone());
         }
         let addr = self.inner.addrs.lock().get(&node)?.clone();
-        let channel = channel(&addr, self.inner.cfg.local_ip, self.inner.cfg.tls.as_ref()).ok()?;
+        let channel = channel_via(&addr, via.as_deref(), self.inner.cfg.local_ip, self.inner.cfg.tls.as_ref()).ok()?;
         let c = QuorumClient::new(channel).max_decoding_message_size(256 << 20);
-        clients.insert(node, c.clone());
+        clients.insert(node, (via, c.clone()));
         Some(c)
     }
 
@@ -874,11 +914,22 @@ fn read_initial_voters(dir: &std::path::Path) -> Result<Option<BTreeMap<NodeId, 
 }
 
 /// Starts the Raft node; also says whether it was a quorum member before (a restart).
-async fn start_raft(cfg: &QuorumConfig, published: Arc<Published>) -> Result<(Raft, bool), QuorumError> {
+async fn start_raft(
+    cfg: &QuorumConfig,
+    published: Arc<Published>,
+    redirects: Redirects,
+) -> Result<(Raft, bool), QuorumError> {
     let path = cfg.dir.join("__cluster_metadata-raft");
     std::fs::create_dir_all(&path)
         .map_err(|e| QuorumError::Storage(format!("cannot create {}: {e}", path.display())))?;
     let db = open_db(&path).map_err(|source| QuorumError::Store { path: path.clone(), source })?;
+    if crate::raft::resign_stored_leadership(&db, cfg.node_id as u64)
+        .map_err(|e| QuorumError::Storage(e.to_string()))?
+    {
+        tracing::info!(
+            "this node led the metadata quorum when it stopped: it resigned, the other voters elect a leader"
+        );
+    }
     let log = LogStore::new(db.clone());
     let sm = StateMachine::open(db, published).map_err(|e| QuorumError::Storage(e.to_string()))?;
     let t = cfg.election_timeout_ms.max(100);
@@ -899,9 +950,8 @@ async fn start_raft(cfg: &QuorumConfig, published: Arc<Published>) -> Result<(Ra
     };
     let config = Arc::new(config.validate().map_err(|e| QuorumError::Raft(e.to_string()))?);
     let id = cfg.node_id as u64;
-    let raft = Raft::new(id, config, NetworkFactory { local_ip: cfg.local_ip, tls: cfg.tls.clone() }, log, sm)
-        .await
-        .map_err(|e| QuorumError::Raft(e.to_string()))?;
+    let network = NetworkFactory { local_ip: cfg.local_ip, tls: cfg.tls.clone(), redirects };
+    let raft = Raft::new(id, config, network, log, sm).await.map_err(|e| QuorumError::Raft(e.to_string()))?;
     let initialized = raft.is_initialized().await.map_err(|e| QuorumError::Raft(e.to_string()))?;
     // Static voters, or the initial voters `oxbow-broker format` wrote for a dynamic quorum.
     let initial = if cfg.voters.is_empty() { read_initial_voters(&cfg.dir)? } else { Some(cfg.voters.clone()) };
@@ -970,6 +1020,16 @@ impl QuorumRpc for Service {
 
     async fn quorum_admin(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
         let a: QuorumAdmin = decode(req.get_ref()).map_err(bad_request)?;
+        if let QuorumAdmin::Announce { node_id, port } = a {
+            let Some(peer) = req.remote_addr() else {
+                return Err(Status::failed_precondition("the announcing node's address is unknown"));
+            };
+            let addr = SocketAddr::new(peer.ip(), port).to_string();
+            tracing::info!(node = node_id, %addr, "a restarted controller announced its address");
+            self.q.inner.redirects.set(node_id as u64, addr);
+            let done: AdminResult = Ok(Ok(AdminReply::Done));
+            return Ok(Response::new(encode(&done)));
+        }
         Ok(Response::new(encode(&self.q.admin_local(&a).await)))
     }
 }

@@ -106,6 +106,41 @@ fn put_json<T: Serialize>(db: &DB, key: &[u8], value: &T) -> StorageResult<()> {
     db.put_cf_opt(&cf, key, v, &synced()).map_err(write_err)
 }
 
+/// KRaft's rule for a controller that was the leader when it stopped (Kafka starts it in the
+/// Resigned state): it does not take leadership back on its own. openraft restarts a node whose
+/// stored vote is a committed vote for itself straight into leadership, without an election;
+/// the other voters may not reach a restarted pod at its new address for several seconds
+/// (cluster DNS), miss their heartbeats to it and be fenced, which leaves partitions without a
+/// leader. So when the latest membership this node stored has other voters, its vote goes back
+/// to uncommitted (the same term: it still votes for no one else in it) and the others elect a
+/// leader among themselves. A single voter keeps its leadership. Returns whether it resigned.
+pub fn resign_stored_leadership(db: &DB, node_id: u64) -> StorageResult<bool> {
+    let Some(mut vote) = get_json::<Vote<u64>>(db, KEY_VOTE)? else { return Ok(false) };
+    if !vote.is_committed() || vote.leader_id().voted_for() != Some(node_id) {
+        return Ok(false);
+    }
+    let others = last_membership(db)?.is_some_and(|m| m.voter_ids().any(|v| v != node_id));
+    if !others {
+        return Ok(false);
+    }
+    vote.committed = false;
+    put_json(db, KEY_VOTE, &vote)?;
+    Ok(true)
+}
+
+/// The latest membership in the log (newest entry first), else the stored snapshot's.
+fn last_membership(db: &DB) -> StorageResult<Option<openraft::Membership<u64, BasicNode>>> {
+    let cf = db.cf_handle(CF_LOG).ok_or_else(|| read_err(std::io::Error::other("no log column family")))?;
+    for kv in db.iterator_cf(&cf, IteratorMode::End) {
+        let (_, v) = kv.map_err(read_err)?;
+        let e: Entry<TypeConfig> = serde_json::from_slice(&v).map_err(read_err)?;
+        if let openraft::EntryPayload::Membership(m) = e.payload {
+            return Ok(Some(m));
+        }
+    }
+    Ok(get_json::<StoredSnapshot>(db, KEY_SNAPSHOT)?.map(|s| s.meta.last_membership.membership().clone()))
+}
+
 /// The Raft log in RocksDB.
 #[derive(Clone)]
 pub struct LogStore {
@@ -372,5 +407,46 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
         Ok(get_json::<StoredSnapshot>(&self.db, KEY_SNAPSHOT)?
             .map(|s| Snapshot { meta: s.meta, snapshot: Box::new(Cursor::new(s.data)) }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use openraft::{CommittedLeaderId, EntryPayload, Membership};
+
+    use super::*;
+
+    fn with_membership(dir: &Path, voters: &[u64]) -> anyhow::Result<Arc<DB>> {
+        let db = open_db(dir)?;
+        let nodes: BTreeMap<u64, BasicNode> =
+            voters.iter().map(|v| (*v, BasicNode { addr: format!("127.0.0.1:{}", 9000 + v) })).collect();
+        let ids: BTreeSet<u64> = voters.iter().copied().collect();
+        let entry: Entry<TypeConfig> = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(3, 2), 7),
+            payload: EntryPayload::Membership(Membership::new(vec![ids], nodes)),
+        };
+        let cf = db.cf_handle(CF_LOG).ok_or_else(|| anyhow::anyhow!("no log cf"))?;
+        db.put_cf(&cf, 7u64.to_be_bytes(), serde_json::to_vec(&entry)?)?;
+        Ok(db)
+    }
+
+    #[test]
+    fn a_restarted_leader_of_several_voters_resigns_and_a_single_voter_does_not() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let db = with_membership(&dir.path().join("three"), &[1, 2, 3])?;
+        put_json(&db, KEY_VOTE, &Vote::new_committed(3, 2))?;
+        // Another node's vote, or one not committed, is left alone.
+        assert!(!resign_stored_leadership(&db, 1)?);
+        assert!(resign_stored_leadership(&db, 2)?);
+        assert_eq!(get_json::<Vote<u64>>(&db, KEY_VOTE)?, Some(Vote::new(3, 2)));
+        assert!(!resign_stored_leadership(&db, 2)?);
+
+        let single = with_membership(&dir.path().join("one"), &[2])?;
+        put_json(&single, KEY_VOTE, &Vote::new_committed(3, 2))?;
+        assert!(!resign_stored_leadership(&single, 2)?);
+        assert_eq!(get_json::<Vote<u64>>(&single, KEY_VOTE)?, Some(Vote::new_committed(3, 2)));
+        Ok(())
     }
 }

@@ -223,7 +223,9 @@ impl Server {
         jobs.spawn(replication::run(self.broker.clone(), token.child_token()));
         let (b, stop) = (self.broker.clone(), token.child_token());
         jobs.spawn(async move { isr::run(&b.isr_changes, &b.controller, b.node_id(), stop).await });
-        self.meta_tasks.spawn(startup::heartbeats(self.broker.clone(), self.meta_stop.clone()));
+        // Ordinary heartbeats stop before the controlled shutdown's own take over.
+        let heartbeats_stop = self.meta_stop.child_token();
+        self.meta_tasks.spawn(startup::heartbeats(self.broker.clone(), heartbeats_stop.clone()));
         self.health.set(health::Phase::Serving);
         let health = self.health.clone();
         let shutdown = async move {
@@ -232,6 +234,7 @@ impl Server {
         };
         network::run(self.listeners, self.broker.clone(), shutdown).await;
         tracing::info!("shutting down: listener closed, requests drained");
+        heartbeats_stop.cancel();
         startup::controlled_shutdown(&self.broker).await;
         self.broker.groups.shutdown().await;
         self.broker.txns.shutdown().await;

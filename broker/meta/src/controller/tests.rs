@@ -382,7 +382,17 @@ fn controlled_shutdown_hands_over_leadership() {
     commit(&mut img, &d);
     assert!(img.topic("t").expect("t").partitions.iter().all(|p| p.leader == 2));
     let d = c.decide(&img, &hb, 2).expect("hb");
-    assert_eq!(d.reply, Reply::Heartbeat { fenced: false, shutdown_complete: true });
+    assert_eq!(d.reply, Reply::Heartbeat { fenced: true, shutdown_complete: true });
+    commit(&mut img, &d);
+    // Done: fenced and its session over, so its next incarnation registers at once; a late
+    // ordinary heartbeat of the old one does not bring it back.
+    assert!(img.brokers[&1].fenced);
+    let late = Command::Heartbeat { node_id: 1, epoch, shutting_down: false };
+    let d = c.decide(&img, &late, 3).expect("hb");
+    assert!(d.records.is_empty() && d.reply == Reply::Heartbeat { fenced: true, shutdown_complete: false });
+    let next =
+        Command::RegisterBroker { node_id: 1, incarnation_id: Uuid::new_v4(), listeners: endpoint(1), rack: None };
+    assert!(c.decide(&img, &next, 4).is_ok());
 }
 
 #[test]
