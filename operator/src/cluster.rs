@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::{Action, Controller};
@@ -27,6 +27,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 
 use crate::Error;
+use crate::conditions::condition;
 use crate::crd::Cluster;
 use crate::k8s::{Context, apply, apply_status};
 use crate::kafka::{Admin, ConfigChanges};
@@ -106,13 +107,71 @@ fn cluster_of<K: Resource>(o: &K) -> Option<ObjectRef<Cluster>> {
     Some(ObjectRef::<Cluster>::new(&cluster).within(&o.namespace()?))
 }
 
-fn error_policy(cluster: Arc<Cluster>, err: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(cluster = %cluster.name_any(), error = %err, "reconcile error; retrying");
-    Action::requeue(Duration::from_secs(5))
+fn error_policy(cluster: Arc<Cluster>, err: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoff.failed(&ObjectRef::from_obj(cluster.as_ref()).erase());
+    tracing::warn!(cluster = %cluster.name_any(), error = %err, retry_in = ?delay, "reconcile error; retrying");
+    Action::requeue(delay)
 }
 
 async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.metrics.timed("cluster", reconcile_cluster(cluster, ctx.clone())).await
+    let key = ObjectRef::from_obj(cluster.as_ref()).erase();
+    let result = ctx.metrics.timed("cluster", reconcile_cluster(cluster.clone(), ctx.clone())).await;
+    match &result {
+        Ok(_) => ctx.backoff.succeeded(&key),
+        Err(e) => report_failure(&ctx, &cluster, e).await,
+    }
+    result
+}
+
+/// A reconcile that failed says so on the Cluster: `Ready=False` with the cause and Kubernetes'
+/// (or Kafka's) words, the rest of the status as it was, and a Warning event when the cause is
+/// new. Best effort: the failure itself is what error_policy retries.
+async fn report_failure(ctx: &Context, cluster: &Cluster, err: &Error) {
+    let (Some(ns), name) = (cluster.namespace(), cluster.name_any()) else { return };
+    let reason = err.reason();
+    let message = err.to_string();
+    let mut st = cluster.status.clone().unwrap_or_default();
+    let generation = cluster.metadata.generation.unwrap_or_default();
+    let old = st.conditions.clone();
+    let unchanged = old.iter().any(|c| c.type_ == "Ready" && c.reason == reason && c.message == message);
+    st.observed_generation = Some(generation);
+    st.conditions.retain(|c| c.type_ != "Ready" && c.type_ != "Reconciling");
+    st.conditions.insert(0, condition(&old, "Ready", false, reason, message.clone(), generation));
+    st.conditions.insert(1, condition(&old, "Reconciling", true, reason, message.clone(), generation));
+    if let Err(e) = apply_status::<Cluster>(&ctx.client, &ns, &name, &st).await {
+        tracing::debug!(cluster = %name, error = %e, "could not write the failure to the status");
+    }
+    if !unchanged {
+        ctx.warn(cluster, reason, "Reconcile", message).await;
+    }
+}
+
+/// The StatefulSet controller's latest refusal to create one of `sts`'s pods in the last ten
+/// minutes (`FailedCreate`: a quota, PodSecurity admission, a bad volume), in its words.
+async fn create_failure(client: &Client, ns: &str, sts: &str) -> Option<String> {
+    let api: Api<CoreEvent> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default()
+        .fields(&format!("involvedObject.kind=StatefulSet,involvedObject.name={sts},reason=FailedCreate"));
+    let events = api.list(&lp).await.map_err(|e| tracing::debug!(error = %e, "could not list events")).ok()?;
+    let when = |e: &CoreEvent| {
+        e.last_timestamp.as_ref().map(|t| t.0).or(e.event_time.as_ref().map(|t| t.0)).unwrap_or_default()
+    };
+    let latest = events.items.into_iter().max_by_key(when)?;
+    let recent = jiff::Timestamp::now().duration_since(when(&latest)) < jiff::SignedDuration::from_mins(10);
+    recent.then(|| latest.message.unwrap_or_default())
+}
+
+/// A Warning event for each broker pod whose problem is new since the last status.
+async fn warn_new_problems(ctx: &Context, cluster: &Cluster, observed: &[restart::PodState]) {
+    let before = cluster.status.as_ref().map(|s| s.brokers.as_slice()).unwrap_or_default();
+    for p in observed {
+        let Some(problem) = &p.problem else { continue };
+        let known = before.iter().any(|b| b.pod == p.name && b.reason.as_deref() == Some(problem.reason.as_str()));
+        if !known {
+            let note = format!("{}: {}", p.name, problem.message);
+            ctx.warn(cluster, &problem.reason, "Observe", note).await;
+        }
+    }
 }
 
 async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -167,9 +226,9 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     // started with. A scale-down waits while the brokers that would go hold partitions or are
     // voters.
     let cm_api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let started_with = cm_api.get_opt(&names.config_map).await?.as_ref().and_then(desired::initial_voters);
+    let started = cm_api.get_opt(&names.config_map).await?.as_ref().map(desired::Started::of);
     let Desired { mut config_map, headless, bootstrap, mut stateful_set, pdb } =
-        desired::desired(&cluster, &ctx.settings, started_with.as_deref());
+        desired::desired(&cluster, &ctx.settings, started.as_ref());
     if external::listeners(&cluster).next().is_some()
         && let Some(data) = config_map.data.as_mut()
     {
@@ -210,18 +269,33 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
 
     external::delete_departed(client, &cluster, &ns, service_brokers).await?;
 
-    // Observe the pods and decide whether one restarts.
-    let observed = status::observe(&cluster, &sts, &pods, quorum.as_ref());
+    // Observe the pods and decide whether one restarts. A pod the StatefulSet should have but
+    // does not: its controller's refusal to create it says why.
+    let missing = (0..sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0))
+        .any(|i| !pods.iter().any(|p| p.name_any() == format!("{}-{i}", names.stateful_set)));
+    let create_failed = match missing {
+        true => create_failure(client, &ns, &names.stateful_set).await,
+        false => None,
+    };
+    let observed = status::observe(&cluster, &sts, &pods, quorum.as_ref(), create_failed.as_deref());
+    warn_new_problems(&ctx, &cluster, &observed).await;
     let controllers = cluster.spec.controller_count();
     // The replicated partitions, asked only while a restart is pending.
     let partitions = match admin.as_mut() {
-        Some(a) if observed.iter().any(|p| !p.up_to_date) => a.replicated_partitions().await.ok(),
+        Some(a) if observed.iter().any(|p| !p.up_to_date) => a.partition_isrs().await.ok(),
         _ => None,
     };
-    let decision = restart::plan(&observed, |p| {
+    let mut decision = restart::plan(&observed, |p| {
         restart::quorum_unsafe(p, controllers, quorum.as_ref())
             .or_else(|| restart::isr_unsafe(p, partitions.as_deref()))
     });
+    if let Decision::Restart { pod, reason } = &mut decision
+        && let Some(p) = observed.iter().find(|p| &p.name == pod)
+        && let Some(offline) = restart::offline_during(p, partitions.as_deref())
+    {
+        reason.push_str("; ");
+        reason.push_str(&offline);
+    }
     if let Decision::Restart { pod, reason } = &decision {
         tracing::info!(cluster = %name, pod, reason, "restarting broker pod");
         pods_api.delete(pod, &DeleteParams::default()).await?;

@@ -9,7 +9,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{
+    Affinity, ConfigMapVolumeSource, EmptyDirVolumeSource, EnvVar, LocalObjectReference,
+    PersistentVolumeClaimVolumeSource, PodSecurityContext, ResourceRequirements, SecretVolumeSource, SecurityContext,
+    Toleration, TopologySpreadConstraint,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -344,6 +348,77 @@ pub struct PodOverrides {
     /// Extra pod annotations.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+    /// The pod's securityContext. Unset: the operator's, which PodSecurity `restricted` admits
+    /// (uid and gid 65532 as the broker image, `runAsNonRoot`, `fsGroup: 65532` with
+    /// `fsGroupChangePolicy: OnRootMismatch` so the broker can write its volume,
+    /// `seccompProfile: RuntimeDefault`). Set: it replaces the operator's whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<PodSecurityContext>,
+    /// The broker container's securityContext. Unset: no privilege escalation, every
+    /// capability dropped, a read-only root filesystem (the broker writes only to its volume
+    /// and a `/tmp` emptyDir). Set: it replaces the operator's whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_security_context: Option<SecurityContext>,
+    /// Extra environment variables of the broker container. The operator's own (`POD_NAME`,
+    /// `NODE_ID`, `HOST_IP`, `BROKER_RACK`, `OTEL_*`, `RUST_LOG` from `logLevel`) cannot be set
+    /// here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = kube::core::Rule::new(
+        "self.all(e, !(e.name in ['POD_NAME', 'NODE_ID', 'HOST_IP', 'BROKER_RACK', 'RUST_LOG']) && !e.name.startsWith('OTEL_'))"
+    ).message("env may not set POD_NAME, NODE_ID, HOST_IP, BROKER_RACK, RUST_LOG or OTEL_* variables: the operator sets them (RUST_LOG through logLevel)"))]
+    pub env: Vec<EnvVar>,
+    /// The broker's log filter (`RUST_LOG`): a level (`error`, `warn`, `info`, `debug`,
+    /// `trace`) or directives such as `info,oxbow_server=debug`. Unset: `info`. Changing it
+    /// restarts the brokers one at a time, as any template change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub log_level: Option<String>,
+    /// Secrets the kubelet pulls the broker image with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Topology spread constraints of broker pods, after the one `rack` adds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    /// Extra volumes mounted into the broker container (Secrets, ConfigMaps, emptyDirs or
+    /// existing claims), for example files a `${file:...}` config provider reads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = kube::core::Rule::new("self.all(v, self.exists_one(w, w.name == v.name))")
+        .message("extra volume names must be unique"))]
+    pub volumes: Vec<ExtraVolume>,
+}
+
+/// A volume of the broker pod with where the broker container mounts it; exactly one source.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "[has(self.secret), has(self.configMap), has(self.emptyDir), has(self.persistentVolumeClaim)].filter(x, x).size() == 1"
+).message("an extra volume has exactly one of secret, configMap, emptyDir, persistentVolumeClaim"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!(self.name in ['data', 'config', 'tls', 'tmp'])"
+).message("extra volume names data, config, tls and tmp are the operator's"))]
+#[x_kube(validation = kube::core::Rule::new(
+    "!(self.mountPath in ['/var/lib/oxbow', '/etc/oxbow', '/etc/oxbow/tls', '/tmp'])"
+).message("extra volumes may not be mounted at /var/lib/oxbow, /etc/oxbow, /etc/oxbow/tls or /tmp"))]
+pub struct ExtraVolume {
+    /// Volume name, unique in the pod.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: String,
+    /// Where the broker container sees it.
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
+    pub mount_path: String,
+    /// Mount it read-only (default for Secrets and ConfigMaps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<SecretVolumeSource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapVolumeSource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub empty_dir: Option<EmptyDirVolumeSource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim: Option<PersistentVolumeClaimVolumeSource>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -416,6 +491,14 @@ pub struct BrokerStatus {
     /// The broker's rack (its pod's topology label), with `spec.rack`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rack: Option<String>,
+    /// Why the pod does not run, as Kubernetes names it: `ImagePullBackOff`, `ErrImagePull`,
+    /// `CrashLoopBackOff`, `CreateContainerConfigError`, `Unschedulable`, `ClaimNotBound`,
+    /// `FailedCreate` (the StatefulSet could not create it: a quota, PodSecurity), `Evicted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Kubernetes' words for `reason`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -448,7 +531,7 @@ pub const DELETION_POLICY_ANNOTATION: &str = "oxbow.io/deletion-policy";
     doc = "A Kafka topic of an Oxbow Cluster in the same namespace",
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.cluster"),
     printcolumn(name = "Partitions", type_ = "integer", json_path = ".spec.partitions"),
-    printcolumn(name = "RF", type_ = "integer", json_path = ".spec.replicationFactor"),
+    printcolumn(name = "RF", type_ = "integer", json_path = ".status.replicationFactor"),
     printcolumn(name = "Status", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -466,10 +549,12 @@ pub struct TopicSpec {
     /// Partition count. It can grow; a decrease is refused (Kafka cannot remove partitions).
     #[schemars(range(min = 1))]
     pub partitions: i32,
-    /// Replicas of each partition. Cannot be changed yet (needs partition reassignment).
-    #[serde(default = "one")]
+    /// Replicas of each partition. Unset: the Cluster's `default.replication.factor` (on an
+    /// operator-made Cluster, 3, or the broker count when it was created with fewer). Cannot
+    /// be changed once the topic exists (a change is refused on the Ready condition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 32767))]
-    pub replication_factor: i32,
+    pub replication_factor: Option<i32>,
     /// Topic configs, as Kafka names them (`retention.ms`, `cleanup.policy`, ...).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, String>,
@@ -498,6 +583,9 @@ pub struct TopicStatus {
     /// Partitions the topic has now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions: Option<i32>,
+    /// Replicas of each partition the topic has now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_factor: Option<i32>,
 }
 
 impl Topic {

@@ -279,9 +279,10 @@ impl Admin {
         Ok(out)
     }
 
-    /// Every replicated partition (more than one replica) with its replicas, ISR and its topic's
-    /// effective `min.insync.replicas`, for the restart safety check.
-    pub async fn replicated_partitions(&mut self) -> Result<Vec<PartitionIsr>, KafkaError> {
+    /// Every partition with its replicas, ISR and, for replicated ones (more than one replica),
+    /// its topic's effective `min.insync.replicas` (1 for single-replica partitions, not asked),
+    /// for the restart safety check.
+    pub async fn partition_isrs(&mut self) -> Result<Vec<PartitionIsr>, KafkaError> {
         let mut req = MetadataRequest::default();
         req.topics = None;
         req.allow_auto_topic_creation = false;
@@ -290,8 +291,8 @@ impl Admin {
         let mut topics = Vec::new();
         for t in &resp.topics {
             let Some(topic) = t.name.as_ref().map(|n| n.0.to_string()) else { continue };
-            let before = out.len();
-            for p in t.partitions.iter().filter(|p| p.replica_nodes.len() > 1) {
+            let replicated = t.partitions.iter().any(|p| p.replica_nodes.len() > 1);
+            for p in &t.partitions {
                 out.push(PartitionIsr {
                     topic: topic.clone(),
                     partition: p.partition_index,
@@ -300,7 +301,7 @@ impl Admin {
                     min_insync: 1,
                 });
             }
-            if out.len() > before {
+            if replicated {
                 topics.push(topic);
             }
         }

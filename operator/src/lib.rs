@@ -47,6 +47,28 @@ pub enum Error {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }
 
+impl Error {
+    /// The condition reason of a failed reconcile: what kind of refusal it was.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(resp)) => match resp.code {
+                422 => "Invalid",
+                403 if resp.message.contains("exceeded quota") => "QuotaExceeded",
+                403 => "Forbidden",
+                409 => "Conflict",
+                404 => "NotFound",
+                400..=499 => "KubernetesRefused",
+                _ => "KubernetesUnavailable",
+            },
+            Error::Kube(_) => "KubernetesUnavailable",
+            Error::Serialize(_) | Error::MissingNamespace => "InternalError",
+            Error::Kafka(_) => "KafkaError",
+            Error::Certificates(_) => "CertificatesFailed",
+            Error::Finalizer(_) => "FinalizerFailed",
+        }
+    }
+}
+
 /// This package's directory (golden files, generated CRDs). Cargo's value at run time comes
 /// first: a binary reused from a build in another checkout (a shared target dir) would
 /// otherwise look at that checkout.

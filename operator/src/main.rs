@@ -103,6 +103,7 @@ async fn run() -> anyhow::Result<()> {
         settings: Settings { broker_image: args.broker_image, cluster_domain: args.cluster_domain },
         reporter: Reporter { controller: "oxbow-operator".into(), instance: std::env::var("POD_NAME").ok() },
         metrics: Default::default(),
+        backoff: Default::default(),
     });
     tracing::info!(namespace = ?args.namespace, "oxbow-operator started");
     let pod = (std::env::var("POD_NAMESPACE"), std::env::var("POD_NAME"));

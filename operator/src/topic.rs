@@ -13,6 +13,7 @@ use futures_util::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
@@ -44,13 +45,19 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         .await;
 }
 
-fn error_policy(topic: Arc<Topic>, err: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(topic = %topic.name_any(), error = %err, "topic reconcile error; retrying");
-    Action::requeue(Duration::from_secs(10))
+fn error_policy(topic: Arc<Topic>, err: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoff.failed(&ObjectRef::from_obj(topic.as_ref()).erase());
+    tracing::warn!(topic = %topic.name_any(), error = %err, retry_in = ?delay, "topic reconcile error; retrying");
+    Action::requeue(delay)
 }
 
 async fn reconcile(topic: Arc<Topic>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.metrics.timed("topic", reconcile_topic(topic, ctx.clone())).await
+    let key = ObjectRef::from_obj(topic.as_ref()).erase();
+    let result = ctx.metrics.timed("topic", reconcile_topic(topic, ctx.clone())).await;
+    if result.is_ok() {
+        ctx.backoff.succeeded(&key);
+    }
+    result
 }
 
 async fn reconcile_topic(topic: Arc<Topic>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -148,9 +155,9 @@ async fn apply(topic: &Topic, ctx: &Context, ns: &str) -> Result<Action, Error> 
             }
         }
         let now = if steps.is_empty() {
-            observed.map(|(id, o)| (id, o.partitions))
+            observed.map(|(id, o)| (id, o.partitions, o.replication_factor))
         } else {
-            admin.describe_topic(&name).await?.map(|i| (i.id, i.partitions))
+            admin.describe_topic(&name).await?.map(|i| (i.id, i.partitions, i.replication_factor))
         };
         Ok::<_, KafkaError>((now, refusals))
     }
@@ -165,9 +172,10 @@ async fn apply(topic: &Topic, ctx: &Context, ns: &str) -> Result<Action, Error> 
                 }
                 None => status_with(topic, true, "Ready", format!("topic {name} matches the spec")),
             };
-            if let Some((id, partitions)) = now {
+            if let Some((id, partitions, replication_factor)) = now {
                 st.topic_id = Some(id);
                 st.partitions = Some(partitions);
+                st.replication_factor = Some(replication_factor);
             }
             write_status(client, ns, topic, st).await?;
             Ok(Action::requeue(Duration::from_secs(60)))

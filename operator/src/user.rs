@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use oxbow_protocol::scram::Mechanism;
@@ -76,13 +77,19 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         .await;
 }
 
-fn error_policy(user: Arc<User>, err: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(user = %user.name_any(), error = %err, "user reconcile error; retrying");
-    Action::requeue(Duration::from_secs(10))
+fn error_policy(user: Arc<User>, err: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoff.failed(&ObjectRef::from_obj(user.as_ref()).erase());
+    tracing::warn!(user = %user.name_any(), error = %err, retry_in = ?delay, "user reconcile error; retrying");
+    Action::requeue(delay)
 }
 
 async fn reconcile(user: Arc<User>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.metrics.timed("user", reconcile_user(user, ctx.clone())).await
+    let key = ObjectRef::from_obj(user.as_ref()).erase();
+    let result = ctx.metrics.timed("user", reconcile_user(user, ctx.clone())).await;
+    if result.is_ok() {
+        ctx.backoff.succeeded(&key);
+    }
+    result
 }
 
 async fn reconcile_user(user: Arc<User>, ctx: Arc<Context>) -> Result<Action, Error> {

@@ -2,6 +2,7 @@
 kubectl calls, waits with a deadline, and a failure report that dumps the test's namespaces."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -35,6 +36,18 @@ class Suite:
         for cmd in dumps + self.extra_dumps:
             print(subprocess.run(["kubectl", *cmd], capture_output=True, text=True).stdout, flush=True)
         sys.exit(1)
+
+    def broker_hosts(self, ns, cluster, path):
+        """Maps each broker's cluster DNS name to its pod IP in a hosts file for the JVMs on the
+        host (written whole and renamed: a JVM resolving meanwhile never reads half a file);
+        returns the pod IPs."""
+        pods = self.kjson("get", "pods", "-n", ns, "-l", f"app.kubernetes.io/instance={cluster}")["items"]
+        lines = [f"{p['status']['podIP']} {p['metadata']['name']}.{cluster}-brokers.{ns}.svc.cluster.local\n"
+                 for p in pods if p["status"].get("podIP")]
+        with open(path + ".new", "w") as f:
+            f.writelines(lines)
+        os.replace(path + ".new", path)
+        return [p["status"]["podIP"] for p in pods if p["status"].get("podIP")]
 
     def wait(self, what, pred, timeout=180):
         """Polls pred() until it returns something truthy, which is returned."""

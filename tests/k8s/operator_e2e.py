@@ -30,6 +30,11 @@ the images tests/k8s/load-images built.
   - a secured Cluster beside it (tests/k8s/security_e2e.py): listeners with TLS, SCRAM and
     client certificates, replication and the quorum on TLS, `User` resources granting one topic
     and not another, deletion revoking, a CA renewal served by every broker without a restart;
+  - production defaults (tests/k8s/restricted_e2e.py): a Cluster in a namespace enforcing
+    PodSecurity `restricted`, on volumes that honour fsGroup, created with no config: Ready and
+    serving, RF 3 / min.insync.replicas 2, a roll under an acks=all load with nothing lost and
+    no partition unavailable, an unpullable image and a refused storage change shown on
+    `Ready=False` with Warning events, and recovery;
   - `helm upgrade` restarts the operator but no broker; with two replicas one holds the Lease
     and the other takes over (and reconciles) when the leader stops;
   - the operator's traces (a span per reconcile) and metrics (reconcile counters by controller
@@ -51,6 +56,7 @@ import time
 
 from kubetest import Suite
 from otlp_sink import Sink
+from restricted_e2e import run_restricted
 from security_e2e import run_security
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
@@ -155,15 +161,8 @@ HOSTS = tempfile.NamedTemporaryFile("w", prefix="oxbow-e2e-hosts", delete=False)
 
 
 def refresh_hosts():
-    """Maps each broker's cluster DNS name to its pod IP for the JVMs on the host (written whole
-    and renamed: a JVM resolving meanwhile never reads half a file)."""
-    pods = kjson("get", "pods", "-n", NS, "-l", "app.kubernetes.io/instance=events")["items"]
-    lines = [f"{p['status']['podIP']} {p['metadata']['name']}.events-brokers.{NS}.svc.cluster.local\n"
-             for p in pods if p["status"].get("podIP")]
-    with open(HOSTS + ".new", "w") as f:
-        f.writelines(lines)
-    os.replace(HOSTS + ".new", HOSTS)
-    return [p["status"]["podIP"] for p in pods if p["status"].get("podIP")]
+    """Maps each broker's cluster DNS name to its pod IP for the JVMs on the host."""
+    return T.broker_hosts(NS, "events", HOSTS)
 
 
 def kafka_tool(main_class, *args, check=True):
@@ -588,7 +587,9 @@ def main():
     kubectl("apply", "-f", "-", input=topic_yaml("orders", 2, {"retention.ms": "7200000"}))
     t = wait("Topic orders Ready", topic_state("orders"), 120)
     tid, parts, rf, configs = describe("orders")
-    if (tid, parts, rf) != (t["status"]["topicId"], 2, 1) or configs.get("retention.ms") != "7200000":
+    # No replicationFactor: the Cluster's default, 3 on a Cluster created with 3 brokers.
+    if (tid, parts, rf) != (t["status"]["topicId"], 2, 3) or configs.get("retention.ms") != "7200000" \
+            or t["status"].get("replicationFactor") != 3:
         fail(f"kafka-topics: id {tid} partitions {parts} rf {rf} configs {configs}; status {t['status']}")
 
     step("growing partitions; configs set, changed and removed")
@@ -691,6 +692,9 @@ def main():
     run_security(T, NS)
     if pod_uids() != broker_uids:
         fail("the secured Cluster's steps restarted a broker of events")
+    run_restricted(T)
+    if pod_uids() != broker_uids:
+        fail("the restricted Cluster's steps restarted a broker of events")
 
     step("helm upgrade restarts the operator and no broker")
     op_before = {p["metadata"]["uid"] for p in kjson("get", "pods", "-n", OP_NS)["items"]}

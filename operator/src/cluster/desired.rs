@@ -16,10 +16,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SecretVolumeSource, Service, ServicePort, ServiceSpec, TCPSocketAction,
-    TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service,
+    ServicePort, ServiceSpec, TCPSocketAction, TopologySpreadConstraint, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -28,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
 use super::listeners;
-use crate::crd::Cluster;
+use crate::crd::{Cluster, ExtraVolume};
 
 /// Kafka port of every broker.
 pub const KAFKA_PORT: i32 = 9092;
@@ -40,6 +41,9 @@ pub const HEALTH_PORT: i32 = 8080;
 pub const DATA_DIR: &str = "/var/lib/oxbow";
 /// Annotation on the pod template: hash of the server.properties the pods were started with.
 pub const CONFIG_HASH_ANNOTATION: &str = "oxbow.io/config-hash";
+/// The broker image's user and group (distroless `nonroot`), which broker pods run as and
+/// which owns their volume (`fsGroup`).
+pub const BROKER_UID: i64 = 65532;
 /// Seconds a broker gets between SIGTERM and SIGKILL: its controlled shutdown (flush, close
 /// logs, write the clean-shutdown marker) must fit.
 pub const TERMINATION_GRACE_SECONDS: i64 = 120;
@@ -143,19 +147,78 @@ pub fn initial_voters(config_map: &ConfigMap) -> Option<String> {
     props.lines().find_map(|l| l.strip_prefix("controller.quorum.voters=")).map(str::to_string)
 }
 
+/// Annotation on the ConfigMap: the replication defaults the operator derived when the Cluster
+/// was created (`key=value,...`), kept for the cluster's life.
+pub const REPLICATION_DEFAULTS_ANNOTATION: &str = "oxbow.io/replication-defaults";
+
+/// Replication defaults for a cluster created with `brokers` brokers, as Strimzi's examples set
+/// them: replication factor min(3, brokers) for new topics and the internal ones, and
+/// `min.insync.replicas` 2 from three brokers on (1 below), so acks=all survives one broker
+/// restarting. They are derived once, at creation, and kept ([`Started`]): raising
+/// `min.insync.replicas` above a topic's replication factor would stop acks=all producers of
+/// the topics that exist, so a later scale-up changes none of them (set them in `spec.config`).
+pub fn replication_defaults(brokers: i32) -> BTreeMap<String, String> {
+    let rf = brokers.clamp(1, 3).to_string();
+    let isr = if brokers >= 3 { "2" } else { "1" }.to_string();
+    BTreeMap::from([
+        ("default.replication.factor".into(), rf.clone()),
+        ("min.insync.replicas".into(), isr.clone()),
+        ("offsets.topic.replication.factor".into(), rf.clone()),
+        ("transaction.state.log.min.isr".into(), isr),
+        ("transaction.state.log.replication.factor".into(), rf),
+    ])
+}
+
+/// What a running cluster keeps from its creation, read back from its ConfigMap.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Started {
+    /// Its initial quorum voters ([`initial_voters`]).
+    pub voters: Option<String>,
+    /// Its replication defaults ([`replication_defaults`]); empty for a cluster an operator
+    /// without them created (Kafka's defaults, 1, stay).
+    pub defaults: BTreeMap<String, String>,
+}
+
+impl Started {
+    pub fn of(config_map: &ConfigMap) -> Started {
+        let defaults = config_map
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(REPLICATION_DEFAULTS_ANNOTATION))
+            .map(|v| {
+                v.split(',').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+            })
+            .unwrap_or_default();
+        Started { voters: initial_voters(config_map), defaults }
+    }
+
+    /// A new cluster's: the spec's voters and defaults from its broker count.
+    fn new(cluster: &Cluster, settings: &Settings) -> Started {
+        Started {
+            voters: Some(quorum_voters(cluster, settings)),
+            defaults: replication_defaults(cluster.spec.replicas),
+        }
+    }
+}
+
 /// `server.properties` for every broker of the cluster: the operator's defaults (listeners, log
-/// dir, health listener, the quorum: every broker runs `broker,controller`, the first
-/// `controllers.replicas` are the voters and the others follow the quorum as observers), then
-/// `spec.config` (reserved keys are refused by the schema). Per-broker keys (node.id,
-/// advertised.listeners) are passed as `--override` arguments instead.
-/// `voters`: the initial voters the cluster runs with ([`initial_voters`]), `None` for a new
-/// cluster ([`quorum_voters`] of the spec).
-pub fn server_properties(cluster: &Cluster, settings: &Settings, voters: Option<&str>) -> String {
-    let mut props: BTreeMap<String, String> = BTreeMap::from([
+/// dir, health listener, the replication defaults, the quorum: every broker runs
+/// `broker,controller`, the first `controllers.replicas` are the voters and the others follow
+/// the quorum as observers), then `spec.config` (reserved keys are refused by the schema).
+/// Per-broker keys (node.id, advertised.listeners) are passed as `--override` arguments
+/// instead. `started`: what the running cluster keeps from its creation ([`Started::of`] its
+/// ConfigMap), `None` for a new cluster.
+pub fn server_properties(cluster: &Cluster, settings: &Settings, started: Option<&Started>) -> String {
+    let new = Started::new(cluster, settings);
+    let started = started.unwrap_or(&new);
+    let voters = started.voters.clone().or_else(|| new.voters.clone()).unwrap_or_default();
+    let mut props: BTreeMap<String, String> = started.defaults.clone();
+    props.extend([
         ("log.dirs".into(), format!("{DATA_DIR}/data")),
         ("oxbow.http.listener".into(), format!("0.0.0.0:{HEALTH_PORT}")),
         ("process.roles".into(), "broker,controller".into()),
-        ("controller.quorum.voters".into(), voters.map_or_else(|| quorum_voters(cluster, settings), str::to_string)),
+        ("controller.quorum.voters".into(), voters),
         ("cluster.id".into(), cluster_id(cluster)),
     ]);
     props.extend(listeners::properties(cluster, &cluster.name_any()));
@@ -234,13 +297,14 @@ fn meta(cluster: &Cluster, name: &str) -> ObjectMeta {
     }
 }
 
-/// Builds every object the Cluster should have. `voters`: the initial voters of a cluster that
-/// already runs ([`initial_voters`] of its ConfigMap), `None` for a new one.
-pub fn desired(cluster: &Cluster, settings: &Settings, voters: Option<&str>) -> Desired {
+/// Builds every object the Cluster should have. `started`: what a cluster that already runs
+/// keeps from its creation ([`Started::of`] its ConfigMap), `None` for a new one.
+pub fn desired(cluster: &Cluster, settings: &Settings, started: Option<&Started>) -> Desired {
     let name = cluster.name_any();
     let ns = cluster.namespace().unwrap_or_default();
     let names = Names::of(&name);
-    let properties = server_properties(cluster, settings, voters);
+    let properties = server_properties(cluster, settings, started);
+    let defaults = started.map_or_else(|| replication_defaults(cluster.spec.replicas), |s| s.defaults.clone());
     // Only keys that need a restart count: dynamic ones are applied to running brokers (and are
     // in the file for the next start).
     let restart_relevant: String = properties
@@ -250,8 +314,11 @@ pub fn desired(cluster: &Cluster, settings: &Settings, voters: Option<&str>) -> 
         .join("\n");
     let hash = config_hash(&restart_relevant);
 
+    let mut cm_meta = meta(cluster, &names.config_map);
+    let defaults = defaults.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+    cm_meta.annotations = Some(BTreeMap::from([(REPLICATION_DEFAULTS_ANNOTATION.to_string(), defaults)]));
     let config_map = ConfigMap {
-        metadata: meta(cluster, &names.config_map),
+        metadata: cm_meta,
         data: Some(BTreeMap::from([("server.properties".to_string(), properties)])),
         ..Default::default()
     };
@@ -310,11 +377,58 @@ fn volume_mounts(cluster: &Cluster) -> Vec<VolumeMount> {
     let mut out = vec![
         VolumeMount { name: "data".into(), mount_path: DATA_DIR.into(), ..Default::default() },
         ro("config", "/etc/oxbow"),
+        VolumeMount { name: "tmp".into(), mount_path: "/tmp".into(), ..Default::default() },
     ];
     if cluster.spec.secured() {
         out.push(ro("tls", listeners::TLS_DIR));
     }
+    for v in cluster.spec.template.iter().flat_map(|t| &t.volumes) {
+        let read_only = v.read_only.or((v.secret.is_some() || v.config_map.is_some()).then_some(true));
+        out.push(VolumeMount {
+            name: v.name.clone(),
+            mount_path: v.mount_path.clone(),
+            read_only,
+            ..Default::default()
+        });
+    }
     out
+}
+
+fn extra_volume(v: &ExtraVolume) -> Volume {
+    Volume {
+        name: v.name.clone(),
+        secret: v.secret.clone(),
+        config_map: v.config_map.clone(),
+        empty_dir: v.empty_dir.clone(),
+        persistent_volume_claim: v.persistent_volume_claim.clone(),
+        ..Default::default()
+    }
+}
+
+/// The broker pod's securityContext unless `spec.template` sets one: what PodSecurity
+/// `restricted` asks, as the image's user, owning its volume.
+pub fn pod_security_context() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_user: Some(BROKER_UID),
+        run_as_group: Some(BROKER_UID),
+        run_as_non_root: Some(true),
+        fs_group: Some(BROKER_UID),
+        // Only a volume whose root is not already the broker's is walked (a large log would
+        // otherwise be chowned file by file at every start).
+        fs_group_change_policy: Some("OnRootMismatch".into()),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+/// The broker container's securityContext unless `spec.template` sets one.
+pub fn container_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Default::default() }),
+        ..Default::default()
+    }
 }
 
 fn env_field(name: &str, path: &str) -> EnvVar {
@@ -348,15 +462,18 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
         "--override".to_string(),
         advertised,
     ];
+    let var = |name: &str, value: String| EnvVar { name: name.into(), value: Some(value), ..Default::default() };
     let mut env = vec![
         env_field("POD_NAME", "metadata.name"),
         env_field("NODE_ID", "metadata.labels['apps.kubernetes.io/pod-index']"),
     ];
+    if let Some(level) = &overrides.log_level {
+        env.push(var("RUST_LOG", level.clone()));
+    }
     if super::external::needs_host_ip(cluster) {
         env.push(env_field("HOST_IP", "status.hostIP"));
     }
     if let Some(t) = &spec.telemetry {
-        let var = |name: &str, value: String| EnvVar { name: name.into(), value: Some(value), ..Default::default() };
         env.push(var("OTEL_EXPORTER_OTLP_ENDPOINT", t.otlp_endpoint.clone()));
         if let Some(s) = t.export_interval_seconds {
             env.push(var("OTEL_METRIC_EXPORT_INTERVAL", (i64::from(s) * 1000).to_string()));
@@ -367,17 +484,28 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
         ));
     }
     // The rack is the pod's copy of its node's topology label (KEP-4742); empty without it.
-    let spread = spec.rack.as_ref().map(|r| {
-        env.push(env_field("BROKER_RACK", &format!("metadata.labels['{}']", r.topology_key)));
-        args.extend(["--override".to_string(), "broker.rack=$(BROKER_RACK)".to_string()]);
-        vec![TopologySpreadConstraint {
-            max_skew: 1,
-            topology_key: r.topology_key.clone(),
-            when_unsatisfiable: "ScheduleAnyway".into(),
-            label_selector: Some(LabelSelector { match_labels: Some(selector_labels(&name)), ..Default::default() }),
-            ..Default::default()
-        }]
-    });
+    let mut spread: Vec<TopologySpreadConstraint> = spec
+        .rack
+        .as_ref()
+        .map(|r| {
+            env.push(env_field("BROKER_RACK", &format!("metadata.labels['{}']", r.topology_key)));
+            args.extend(["--override".to_string(), "broker.rack=$(BROKER_RACK)".to_string()]);
+            TopologySpreadConstraint {
+                max_skew: 1,
+                topology_key: r.topology_key.clone(),
+                when_unsatisfiable: "ScheduleAnyway".into(),
+                label_selector: Some(LabelSelector {
+                    match_labels: Some(selector_labels(&name)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+        })
+        .into_iter()
+        .collect();
+    spread.extend(overrides.topology_spread_constraints.iter().cloned());
+    // The user's variables come after the operator's, which the schema keeps them from naming.
+    env.extend(overrides.env.iter().cloned());
 
     let probe = |path: &str, failure_threshold: i32| Probe {
         http_get: Some(HTTPGetAction {
@@ -413,14 +541,20 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
         }),
         resources: spec.resources.clone().or_else(|| Some(ResourceRequirements::default())),
         volume_mounts: Some(volume_mounts(cluster)),
+        security_context: Some(overrides.container_security_context.clone().unwrap_or_else(container_security_context)),
         ..Default::default()
     };
 
-    let mut volumes = vec![Volume {
-        name: "config".into(),
-        config_map: Some(ConfigMapVolumeSource { name: names.config_map.clone(), ..Default::default() }),
-        ..Default::default()
-    }];
+    let mut volumes = vec![
+        Volume {
+            name: "config".into(),
+            config_map: Some(ConfigMapVolumeSource { name: names.config_map.clone(), ..Default::default() }),
+            ..Default::default()
+        },
+        // The root filesystem is read-only; whatever wants a scratch file gets /tmp.
+        Volume { name: "tmp".into(), empty_dir: Some(Default::default()), ..Default::default() },
+    ];
+    volumes.extend(overrides.volumes.iter().map(extra_volume));
     if spec.secured() {
         // Certificates change in place (renewals): brokers reload them, no restart.
         volumes.push(Volume {
@@ -475,7 +609,10 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
                     tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
                     node_selector: (!overrides.node_selector.is_empty()).then_some(overrides.node_selector),
                     priority_class_name: overrides.priority_class_name,
-                    topology_spread_constraints: spread,
+                    topology_spread_constraints: (!spread.is_empty()).then_some(spread),
+                    security_context: Some(overrides.security_context.unwrap_or_else(pod_security_context)),
+                    image_pull_secrets: (!overrides.image_pull_secrets.is_empty())
+                        .then_some(overrides.image_pull_secrets),
                     ..Default::default()
                 }),
             },

@@ -42,7 +42,8 @@ async fn broker_admin(admin: &Admin, cluster: &Cluster, settings: &Settings, id:
 
 /// Every topic's `min.insync.replicas`, for the drain's feasibility check.
 async fn min_insync(admin: &mut Admin) -> Result<BTreeMap<String, i32>, KafkaError> {
-    Ok(admin.replicated_partitions().await?.into_iter().map(|p| (p.topic, p.min_insync)).collect())
+    let replicated = admin.partition_isrs().await?.into_iter().filter(|p| p.replicas.len() > 1);
+    Ok(replicated.map(|p| (p.topic, p.min_insync)).collect())
 }
 
 /// One rebalance step. `brokers`: ids 0..current of the StatefulSet; `want`: the spec's count.

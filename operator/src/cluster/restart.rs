@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
 
 use crate::kafka::{PartitionIsr, Quorum};
 
@@ -62,7 +63,7 @@ pub fn isr_unsafe(pod: &PodState, partitions: Option<&[PartitionIsr]>) -> Option
     };
     let behind: Vec<String> = parts
         .iter()
-        .filter(|p| p.isr.len() < p.replicas.len())
+        .filter(|p| p.replicas.len() > 1 && p.isr.len() < p.replicas.len())
         .take(3)
         .map(|p| {
             let missing: Vec<i32> = p.replicas.iter().copied().filter(|r| !p.isr.contains(r)).collect();
@@ -74,7 +75,7 @@ pub fn isr_unsafe(pod: &PodState, partitions: Option<&[PartitionIsr]>) -> Option
     }
     let below: Vec<String> = parts
         .iter()
-        .filter(|p| p.isr.contains(&pod.ordinal) && (p.isr.len() as i32 - 1) < p.min_insync)
+        .filter(|p| p.replicas.len() > 1 && p.isr.contains(&pod.ordinal) && (p.isr.len() as i32 - 1) < p.min_insync)
         .take(3)
         .map(|p| format!("{}-{} (ISR {:?}, min.insync.replicas={})", p.topic, p.partition, p.isr, p.min_insync))
         .collect();
@@ -83,6 +84,25 @@ pub fn isr_unsafe(pod: &PodState, partitions: Option<&[PartitionIsr]>) -> Option
             "restarting broker {} would take partitions below min.insync.replicas: {}",
             pod.ordinal,
             below.join(", ")
+        )
+    })
+}
+
+/// What restarting `pod`'s broker takes offline whatever the order: partitions with a single
+/// replica, on it. The roll goes on (waiting would not help), and says so.
+pub fn offline_during(pod: &PodState, partitions: Option<&[PartitionIsr]>) -> Option<String> {
+    let alone: Vec<String> = partitions?
+        .iter()
+        .filter(|p| p.replicas == [pod.ordinal])
+        .map(|p| format!("{}-{}", p.topic, p.partition))
+        .collect();
+    let shown = alone.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    let more = if alone.len() > 5 { format!(" and {} more", alone.len() - 5) } else { String::new() };
+    (!alone.is_empty()).then(|| {
+        format!(
+            "{} partition(s) with a single replica on broker {} are offline until it is back: {shown}{more}",
+            alone.len(),
+            pod.ordinal
         )
     })
 }
@@ -137,6 +157,25 @@ pub struct PodState {
     pub active_controller: bool,
     /// With `spec.rack`: the pod's topology label, the broker's rack (`None` without it).
     pub rack: Option<String>,
+    /// Why the pod does not run, as Kubernetes says it ([`super::status::pod_problem`]).
+    pub problem: Option<Problem>,
+    /// How long the pod has been Ready (`None`: not ready, or not known).
+    pub ready_for: Option<Duration>,
+}
+
+/// How long a restarted broker is Ready before the next restarts: longer than cluster DNS
+/// keeps its old address (kubeadm's CoreDNS answers with `ttl 30` and caches 30 s; the JVM
+/// caches 30 s). A broker restarts in a second or two; restarting the next at once could leave
+/// a client holding stale addresses for every broker it knows.
+pub const SETTLE: Duration = Duration::from_secs(30);
+
+/// A cause, from Kubernetes, of a broker pod not running: `reason` as Kubernetes names it
+/// (`ImagePullBackOff`, `CrashLoopBackOff`, `Unschedulable`, `FailedCreate`, ...), `message`
+/// its words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub reason: String,
+    pub message: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -178,6 +217,16 @@ pub fn plan(pods: &[PodState], unsafe_to_restart: impl Fn(&PodState) -> Option<S
     if let Some(p) = pods.iter().filter(|p| !p.ready).min_by_key(|p| p.ordinal) {
         return Decision::Wait { reason: format!("{} is not ready", p.name) };
     }
+    if let Some(p) = pods.iter().filter(|p| p.ready_for.is_some_and(|d| d < SETTLE)).min_by_key(|p| p.ordinal) {
+        let secs = p.ready_for.unwrap_or_default().as_secs();
+        return Decision::Wait {
+            reason: format!(
+                "{} has been ready {secs} s; the next restart waits until {} s, so clients' DNS has its new address",
+                p.name,
+                SETTLE.as_secs()
+            ),
+        };
+    }
     // Controllers first, the active controller last, then by ordinal.
     stale.sort_by_key(|p| (!p.controller, p.active_controller, p.ordinal));
     let next = stale[0];
@@ -208,6 +257,8 @@ pub(crate) mod tests {
             controller: false,
             active_controller: false,
             rack: None,
+            problem: None,
+            ready_for: Some(Duration::from_secs(3600)),
         }
     }
 
@@ -221,6 +272,29 @@ pub(crate) mod tests {
 
     fn part(p: i32, replicas: &[i32], isr: &[i32], min_insync: i32) -> PartitionIsr {
         PartitionIsr { topic: "t".into(), partition: p, replicas: replicas.to_vec(), isr: isr.to_vec(), min_insync }
+    }
+
+    #[test]
+    fn the_next_restart_waits_until_the_last_restarted_broker_has_been_ready_a_while() {
+        let pods =
+            [PodState { up_to_date: false, ..pod(0) }, PodState { ready_for: Some(Duration::from_secs(4)), ..pod(1) }];
+        let d = plan(&pods, safe);
+        assert!(matches!(&d, Decision::Wait { reason } if reason.starts_with("c-broker-1 has been ready 4 s")), "{d}");
+        let pods = [PodState { up_to_date: false, ..pod(0) }, PodState { ready_for: Some(SETTLE), ..pod(1) }];
+        assert_eq!(plan(&pods, safe), restart("c-broker-0"));
+    }
+
+    #[test]
+    fn a_restart_says_which_single_replica_partitions_go_offline() {
+        let parts = [part(0, &[1], &[1], 1), part(1, &[0, 1, 2], &[0, 1, 2], 2), part(2, &[1], &[1], 1)];
+        let said = offline_during(&pod(1), Some(&parts)).unwrap();
+        assert!(
+            said.starts_with("2 partition(s) with a single replica on broker 1") && said.ends_with("t-0, t-2"),
+            "{said}"
+        );
+        assert_eq!(offline_during(&pod(0), Some(&parts)), None);
+        // A single replica never holds a restart back.
+        assert_eq!(isr_unsafe(&pod(1), Some(&parts)), None);
     }
 
     #[test]

@@ -5,12 +5,66 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::desired::{self, CONFIG_HASH_ANNOTATION, Names, Settings};
-use super::restart::{Decision, PodState};
+use super::restart::{Decision, PodState, Problem};
 use crate::conditions::condition;
 use crate::crd::{BrokerStatus, Cluster, ClusterStatus, QuorumStatus};
 use crate::kafka::Quorum;
 
-fn pod_ready(pod: &Pod) -> bool {
+/// Container waiting reasons that mean the broker cannot run until something changes.
+const STUCK: &[&str] = &[
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
+/// Why `pod` does not run, as Kubernetes reports it: a container stuck waiting (image pull,
+/// crash loop with its last exit, a bad config reference), the scheduler's reason for a pending
+/// pod (including unbound claims), or a failed pod (evicted). `None` for a pod that is running
+/// or starting normally.
+pub fn pod_problem(pod: &Pod) -> Option<Problem> {
+    let status = pod.status.as_ref()?;
+    for c in status.container_statuses.iter().flatten().chain(status.init_container_statuses.iter().flatten()) {
+        let Some(waiting) = c.state.as_ref().and_then(|s| s.waiting.as_ref()) else { continue };
+        let reason = waiting.reason.clone().unwrap_or_default();
+        if !STUCK.contains(&reason.as_str()) {
+            continue;
+        }
+        let mut message = waiting.message.clone().unwrap_or_default();
+        if let Some(t) = c.last_state.as_ref().and_then(|s| s.terminated.as_ref()) {
+            let why = t.reason.as_deref().unwrap_or("exited");
+            let last = format!("last run: {why}, exit code {}, {} restart(s)", t.exit_code, c.restart_count);
+            message = if message.is_empty() { last } else { format!("{message}; {last}") };
+        }
+        return Some(Problem { reason, message });
+    }
+    if status.phase.as_deref() == Some("Failed") {
+        let reason = status.reason.clone().unwrap_or_else(|| "Failed".into());
+        return Some(Problem { reason, message: status.message.clone().unwrap_or_default() });
+    }
+    let unscheduled = status.conditions.iter().flatten().find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+    let message = unscheduled.message.clone().unwrap_or_default();
+    // The scheduler names claims it waits for; say so plainly.
+    let reason = if message.contains("unbound") && message.contains("PersistentVolumeClaim") {
+        "ClaimNotBound".to_string()
+    } else {
+        unscheduled.reason.clone().unwrap_or_else(|| "Unschedulable".into())
+    };
+    Some(Problem { reason, message })
+}
+
+/// How long `pod` has been Ready, from its condition's transition time.
+fn ready_for(pod: &Pod) -> Option<std::time::Duration> {
+    let c = pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready" && c.status == "True")?;
+    let since = c.last_transition_time.as_ref()?.0;
+    jiff::Timestamp::now().duration_since(since).try_into().ok()
+}
+
+pub(crate) fn pod_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -18,8 +72,16 @@ fn pod_ready(pod: &Pod) -> bool {
 }
 
 /// One [`PodState`] per expected broker ordinal (0..replicas of the StatefulSet), from the
-/// StatefulSet, the pods and the quorum (when the brokers could be asked).
-pub fn observe(cluster: &Cluster, sts: &StatefulSet, pods: &[Pod], quorum: Option<&Quorum>) -> Vec<PodState> {
+/// StatefulSet, the pods and the quorum (when the brokers could be asked). `create_failed`:
+/// the StatefulSet controller's latest refusal to create a pod (a quota, PodSecurity
+/// admission), the problem of every missing pod.
+pub fn observe(
+    cluster: &Cluster,
+    sts: &StatefulSet,
+    pods: &[Pod],
+    quorum: Option<&Quorum>,
+    create_failed: Option<&str>,
+) -> Vec<PodState> {
     let names = Names::of(&cluster.name_any());
     let replicas = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(cluster.spec.replicas).max(0);
     let controllers = cluster.spec.controller_count();
@@ -59,6 +121,11 @@ pub fn observe(cluster: &Cluster, sts: &StatefulSet, pods: &[Pod], quorum: Optio
                     .rack
                     .as_ref()
                     .and_then(|r| pod.and_then(|p| p.labels().get(&r.topology_key)).filter(|v| !v.is_empty()).cloned()),
+                ready_for: pod.and_then(ready_for),
+                problem: match pod {
+                    Some(p) => pod_problem(p),
+                    None => create_failed.map(|m| Problem { reason: "FailedCreate".into(), message: m.to_string() }),
+                },
             }
         })
         .collect()
@@ -82,7 +149,14 @@ pub fn status(
     let all_ready = ready == replicas;
     let restarting = matches!(decision, Decision::Restart { .. }) || pods.iter().any(|p| p.terminating);
 
-    let (ready_reason, ready_msg) = if all_ready && current {
+    let problems: Vec<(&str, &Problem)> =
+        pods.iter().filter_map(|p| p.problem.as_ref().map(|x| (p.name.as_str(), x))).collect();
+    let (ready_reason, ready_msg) = if let Some((_, first)) = problems.first() {
+        // What Kubernetes says comes first: it is what has to be fixed.
+        let causes: Vec<String> =
+            problems.iter().map(|(pod, x)| format!("{pod}: {}: {}", x.reason, x.message)).collect();
+        (first.reason.as_str(), format!("{ready}/{replicas} brokers ready; {}", causes.join("; ")))
+    } else if all_ready && current {
         ("Ready", format!("{ready}/{replicas} brokers ready"))
     } else if restarting || !current {
         ("RollingRestart", format!("{ready}/{replicas} brokers ready; {decision}"))
@@ -197,6 +271,8 @@ pub fn status(
                 ready: p.ready,
                 up_to_date: p.up_to_date,
                 rack: p.rack.clone(),
+                reason: p.problem.as_ref().map(|x| x.reason.clone()),
+                message: p.problem.as_ref().map(|x| x.message.clone()),
             })
             .collect(),
         quorum: notes

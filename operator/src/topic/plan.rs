@@ -42,7 +42,8 @@ pub fn plan(spec: &TopicSpec, observed: Option<&Observed>) -> Plan {
     let Some(have) = observed else {
         out.steps.push(Step::Create {
             partitions: spec.partitions,
-            replication_factor: i16::try_from(spec.replication_factor).unwrap_or(i16::MAX),
+            // -1: the cluster's default.replication.factor (KIP-464).
+            replication_factor: spec.replication_factor.map_or(-1, |rf| i16::try_from(rf).unwrap_or(i16::MAX)),
             configs: spec.config.clone(),
         });
         return out;
@@ -58,12 +59,12 @@ pub fn plan(spec: &TopicSpec, observed: Option<&Observed>) -> Plan {
             ),
         });
     }
-    if spec.replication_factor != have.replication_factor {
+    if let Some(rf) = spec.replication_factor.filter(|rf| *rf != have.replication_factor) {
         out.refusals.push(Refusal {
             reason: "ReplicationFactorChangeUnsupported",
             message: format!(
-                "spec.replicationFactor is {} but the topic has {}: changing it needs partition reassignment, which this version does not do",
-                spec.replication_factor, have.replication_factor
+                "spec.replicationFactor is {rf} but the topic has {}: the operator does not change a topic's replication factor; use kafka-reassign-partitions",
+                have.replication_factor
             ),
         });
     }
@@ -83,7 +84,7 @@ mod tests {
             cluster: "c".into(),
             topic_name: None,
             partitions,
-            replication_factor: 1,
+            replication_factor: Some(1),
             config: config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         }
     }
@@ -159,9 +160,22 @@ mod tests {
     #[test]
     fn a_replication_factor_change_is_refused() {
         let mut s = spec(1, &[]);
-        s.replication_factor = 3;
+        s.replication_factor = Some(3);
         let p = plan(&s, Some(&have(1, &[])));
         assert!(p.steps.is_empty());
         assert_eq!(p.refusals[0].reason, "ReplicationFactorChangeUnsupported");
+    }
+
+    #[test]
+    fn an_unset_replication_factor_takes_the_cluster_default_and_accepts_any_existing_one() {
+        let mut s = spec(2, &[]);
+        s.replication_factor = None;
+        assert_eq!(
+            plan(&s, None).steps,
+            vec![Step::Create { partitions: 2, replication_factor: -1, configs: BTreeMap::new() }]
+        );
+        let mut three = have(2, &[]);
+        three.replication_factor = 3;
+        assert_eq!(plan(&s, Some(&three)), Plan::default());
     }
 }

@@ -3,12 +3,13 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::LocalObjectReference;
 use kube::core::ObjectMeta;
 
 use super::*;
 use crate::crd::{
-    Cluster, ClusterSpec, ControllerMode, ControllersSpec, PodOverrides, PullPolicy, RackSpec, StorageSpec,
-    TelemetrySpec,
+    Cluster, ClusterSpec, ControllerMode, ControllersSpec, ExtraVolume, PodOverrides, PullPolicy, RackSpec,
+    StorageSpec, TelemetrySpec,
 };
 
 fn settings() -> Settings {
@@ -84,6 +85,21 @@ fn cluster_with_every_override() {
             priority_class_name: Some("streaming".into()),
             labels: BTreeMap::from([("team".to_string(), "data".to_string())]),
             annotations: BTreeMap::from([("example.com/owner".to_string(), "data".to_string())]),
+            env: vec![EnvVar { name: "MALLOC_ARENA_MAX".into(), value: Some("2".into()), ..Default::default() }],
+            log_level: Some("info,oxbow_server=debug".into()),
+            image_pull_secrets: vec![LocalObjectReference { name: "registry".into() }],
+            topology_spread_constraints: vec![TopologySpreadConstraint {
+                max_skew: 1,
+                topology_key: "kubernetes.io/hostname".into(),
+                when_unsatisfiable: "DoNotSchedule".into(),
+                ..Default::default()
+            }],
+            volumes: vec![ExtraVolume {
+                name: "secrets".into(),
+                mount_path: "/etc/secrets".into(),
+                secret: Some(SecretVolumeSource { secret_name: Some("broker-secrets".into()), ..Default::default() }),
+                ..Default::default()
+            }],
             ..Default::default()
         }),
         rack: Some(RackSpec::default()),
@@ -161,9 +177,10 @@ fn a_running_cluster_keeps_its_initial_voters_so_changing_controllers_restarts_n
         ..Default::default()
     };
     let created = desired(&cluster(spec(3)), &settings(), None);
-    let voters = initial_voters(&created.config_map).unwrap_or_default();
+    let started = Started::of(&created.config_map);
+    let voters = started.voters.clone().unwrap_or_default();
     assert!(voters.starts_with("0@events-broker-0.") && voters.matches('@').count() == 3, "{voters}");
-    let shrunk = desired(&cluster(spec(1)), &settings(), Some(&voters));
+    let shrunk = desired(&cluster(spec(1)), &settings(), Some(&started));
     assert_eq!(shrunk.config_map, created.config_map);
     assert_eq!(template_annotations(&shrunk), template_annotations(&created));
     // A new cluster of one controller starts with one voter.
@@ -188,4 +205,58 @@ fn every_object_is_owned_by_the_cluster() {
         assert_eq!(owners[0].kind, "Cluster");
         assert_eq!(owners[0].controller, Some(true));
     }
+}
+
+#[test]
+fn replication_defaults_come_from_the_size_at_creation_and_stay() {
+    let of = |replicas| cluster(ClusterSpec { replicas, ..Default::default() });
+    let props = |c: &Cluster, started: Option<&Started>| server_properties(c, &settings(), started);
+    let three = props(&of(3), None);
+    for line in [
+        "default.replication.factor=3\n",
+        "min.insync.replicas=2\n",
+        "offsets.topic.replication.factor=3\n",
+        "transaction.state.log.replication.factor=3\n",
+        "transaction.state.log.min.isr=2\n",
+    ] {
+        assert!(three.contains(line), "{line} in {three}");
+    }
+    let two = props(&of(2), None);
+    assert!(two.contains("default.replication.factor=2\n") && two.contains("min.insync.replicas=1\n"), "{two}");
+    // Scaling a running cluster keeps what it was created with, and restarts nothing.
+    let created = desired(&of(1), &settings(), None);
+    let started = Started::of(&created.config_map);
+    let scaled = desired(&of(5), &settings(), Some(&started));
+    assert_eq!(scaled.config_map, created.config_map);
+    assert_eq!(template_annotations(&scaled), template_annotations(&created));
+    assert!(props(&of(5), Some(&started)).contains("default.replication.factor=1\n"));
+    // spec.config wins.
+    let mut own = of(3);
+    own.spec.config.insert("min.insync.replicas".into(), "1".into());
+    assert!(props(&own, None).contains("min.insync.replicas=1\n"));
+    // A cluster an older operator created (no annotation) keeps Kafka's defaults.
+    let mut older = created.config_map.clone();
+    older.metadata.annotations = None;
+    assert!(!props(&of(3), Some(&Started::of(&older))).contains("default.replication.factor"));
+}
+
+#[test]
+fn broker_pods_meet_pod_security_restricted_unless_the_template_says_otherwise() {
+    let pod =
+        |c: &Cluster| desired(c, &settings(), None).stateful_set.spec.and_then(|s| s.template.spec).unwrap_or_default();
+    let p = pod(&cluster(ClusterSpec { replicas: 1, ..Default::default() }));
+    let sc = p.security_context.clone().unwrap_or_default();
+    assert_eq!((sc.run_as_non_root, sc.run_as_user, sc.fs_group), (Some(true), Some(BROKER_UID), Some(BROKER_UID)));
+    assert_eq!(sc.seccomp_profile.map(|s| s.type_).as_deref(), Some("RuntimeDefault"));
+    let csc = p.containers[0].security_context.clone().unwrap_or_default();
+    assert_eq!((csc.allow_privilege_escalation, csc.read_only_root_filesystem), (Some(false), Some(true)));
+    assert_eq!(csc.capabilities.and_then(|c| c.drop), Some(vec!["ALL".to_string()]));
+    // /tmp is writable with a read-only root.
+    assert!(p.volumes.unwrap_or_default().iter().any(|v| v.name == "tmp" && v.empty_dir.is_some()));
+    let mut own = cluster(ClusterSpec { replicas: 1, ..Default::default() });
+    own.spec.template = Some(PodOverrides {
+        security_context: Some(PodSecurityContext { run_as_user: Some(1000), ..Default::default() }),
+        ..Default::default()
+    });
+    assert_eq!(pod(&own).security_context, Some(PodSecurityContext { run_as_user: Some(1000), ..Default::default() }));
 }
