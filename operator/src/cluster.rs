@@ -32,6 +32,7 @@ use crate::crd::Cluster;
 use crate::k8s::{Context, apply, apply_status};
 use crate::kafka::{Admin, ConfigChanges};
 use desired::{Desired, Names, Settings};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use restart::Decision;
 
 /// `host:port` of a Cluster's bootstrap Service on the listener the operator uses
@@ -118,47 +119,66 @@ async fn reconcile(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<Action, E
     let result = ctx.metrics.timed("cluster", reconcile_cluster(cluster.clone(), ctx.clone())).await;
     match &result {
         Ok(_) => ctx.backoff.succeeded(&key),
-        Err(e) => report_failure(&ctx, &cluster, e).await,
+        Err(e) => report_failure(&ctx, &cluster, e, ctx.backoff.failures(&key)).await,
     }
     result
 }
 
-/// A reconcile that failed says so on the Cluster: `Ready=False` with the cause and Kubernetes'
-/// (or Kafka's) words, the rest of the status as it was, and a Warning event when the cause is
-/// new. Best effort: the failure itself is what error_policy retries.
-async fn report_failure(ctx: &Context, cluster: &Cluster, err: &Error) {
+/// A reconcile that failed says so on the Cluster: `Reconciling=True` with the cause and
+/// Kubernetes' (or Kafka's) words, and `Ready=False` too when Kubernetes refused a change (a
+/// 4xx: it stays refused until the spec changes) or the reconcile failed twice in a row (a
+/// passing hiccup does not mark the Cluster broken). Only the conditions are written, onto the
+/// status as it is now (the rest of it is the normal path's), and only when they change; a
+/// Warning event goes with each new cause. Best effort: the failure itself is what
+/// error_policy retries.
+async fn report_failure(ctx: &Context, cluster: &Cluster, err: &Error, failures_before: u32) {
     let (Some(ns), name) = (cluster.namespace(), cluster.name_any()) else { return };
+    let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let Ok(now) = api.get_status(&name).await else { return };
     let reason = err.reason();
     let message = err.to_string();
-    let mut st = cluster.status.clone().unwrap_or_default();
-    let generation = cluster.metadata.generation.unwrap_or_default();
-    let old = st.conditions.clone();
-    let unchanged = old.iter().any(|c| c.type_ == "Ready" && c.reason == reason && c.message == message);
-    st.observed_generation = Some(generation);
-    st.conditions.retain(|c| c.type_ != "Ready" && c.type_ != "Reconciling");
-    st.conditions.insert(0, condition(&old, "Ready", false, reason, message.clone(), generation));
-    st.conditions.insert(1, condition(&old, "Reconciling", true, reason, message.clone(), generation));
-    if let Err(e) = apply_status::<Cluster>(&ctx.client, &ns, &name, &st).await {
+    let generation = now.metadata.generation.unwrap_or_default();
+    let old = now.status.map(|s| s.conditions).unwrap_or_default();
+    let not_ready = err.is_refusal() || failures_before >= 1;
+    let mut conditions: Vec<_> =
+        old.iter().filter(|c| c.type_ != "Reconciling" && !(not_ready && c.type_ == "Ready")).cloned().collect();
+    conditions.push(condition(&old, "Reconciling", true, reason, message.clone(), generation));
+    if not_ready {
+        conditions.push(condition(&old, "Ready", false, reason, message.clone(), generation));
+    }
+    let same = |a: &[Condition]| -> std::collections::BTreeSet<String> {
+        a.iter().map(|c| format!("{}\n{}\n{}\n{}", c.type_, c.status, c.reason, c.message)).collect()
+    };
+    if same(&conditions) == same(&old) {
+        return;
+    }
+    let patch = serde_json::json!({ "status": { "conditions": conditions, "observedGeneration": generation } });
+    if let Err(e) = api.patch_status(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await
+    {
         tracing::debug!(cluster = %name, error = %e, "could not write the failure to the status");
     }
-    if !unchanged {
+    if !old.iter().any(|c| c.type_ == "Reconciling" && c.reason == reason && c.message == message) {
         ctx.warn(cluster, reason, "Reconcile", message).await;
     }
 }
 
-/// The StatefulSet controller's latest refusal to create one of `sts`'s pods in the last ten
-/// minutes (`FailedCreate`: a quota, PodSecurity admission, a bad volume), in its words.
+/// The StatefulSet controller's refusal to create one of `sts`'s pods (`FailedCreate`: a quota,
+/// PodSecurity admission, a bad volume), in its words, when that is its latest word: a
+/// `SuccessfulCreate` since means the cause is gone.
 async fn create_failure(client: &Client, ns: &str, sts: &str) -> Option<String> {
     let api: Api<CoreEvent> = Api::namespaced(client.clone(), ns);
-    let lp = ListParams::default()
-        .fields(&format!("involvedObject.kind=StatefulSet,involvedObject.name={sts},reason=FailedCreate"));
+    let lp = ListParams::default().fields(&format!("involvedObject.kind=StatefulSet,involvedObject.name={sts}"));
     let events = api.list(&lp).await.map_err(|e| tracing::debug!(error = %e, "could not list events")).ok()?;
     let when = |e: &CoreEvent| {
         e.last_timestamp.as_ref().map(|t| t.0).or(e.event_time.as_ref().map(|t| t.0)).unwrap_or_default()
     };
-    let latest = events.items.into_iter().max_by_key(when)?;
+    let latest = events
+        .items
+        .into_iter()
+        .filter(|e| matches!(e.reason.as_deref(), Some("FailedCreate" | "SuccessfulCreate")))
+        .max_by_key(when)?;
     let recent = jiff::Timestamp::now().duration_since(when(&latest)) < jiff::SignedDuration::from_mins(10);
-    recent.then(|| latest.message.unwrap_or_default())
+    (recent && latest.reason.as_deref() == Some("FailedCreate")).then(|| latest.message.unwrap_or_default())
 }
 
 /// A Warning event for each broker pod whose problem is new since the last status.

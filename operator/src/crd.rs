@@ -384,8 +384,8 @@ pub struct PodOverrides {
     /// existing claims), for example files a `${file:...}` config provider reads.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
-    #[x_kube(validation = kube::core::Rule::new("self.all(v, self.exists_one(w, w.name == v.name))")
-        .message("extra volume names must be unique"))]
+    #[x_kube(validation = kube::core::Rule::new("self.all(v, self.exists_one(w, w.name == v.name) && self.exists_one(w, w.mountPath == v.mountPath))")
+        .message("extra volume names and mount paths must be unique"))]
     pub volumes: Vec<ExtraVolume>,
 }
 
@@ -399,8 +399,8 @@ pub struct PodOverrides {
     "!(self.name in ['data', 'config', 'tls', 'tmp'])"
 ).message("extra volume names data, config, tls and tmp are the operator's"))]
 #[x_kube(validation = kube::core::Rule::new(
-    "!(self.mountPath in ['/var/lib/oxbow', '/etc/oxbow', '/etc/oxbow/tls', '/tmp'])"
-).message("extra volumes may not be mounted at /var/lib/oxbow, /etc/oxbow, /etc/oxbow/tls or /tmp"))]
+    "!['/var/lib/oxbow', '/etc/oxbow', '/tmp'].exists(p, self.mountPath == p || self.mountPath.startsWith(p + '/') || p.startsWith(self.mountPath + '/') || self.mountPath == '/')"
+).message("extra volumes may not be mounted at, above or below /var/lib/oxbow, /etc/oxbow or /tmp"))]
 pub struct ExtraVolume {
     /// Volume name, unique in the pod.
     #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]

@@ -48,6 +48,11 @@ impl Backoff {
         Self::FIRST.saturating_mul(1 << (*n - 1).min(10)).min(Self::MAX)
     }
 
+    /// Failures of `obj` since its last success.
+    pub fn failures(&self, obj: &ObjectRef<DynamicObject>) -> u32 {
+        self.failures.lock().unwrap_or_else(|e| e.into_inner()).get(obj).copied().unwrap_or(0)
+    }
+
     pub fn succeeded(&self, obj: &ObjectRef<DynamicObject>) {
         self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(obj);
     }

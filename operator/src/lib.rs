@@ -48,6 +48,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// Kubernetes refused the change itself (a 4xx): retrying the same spec gets the same answer.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(resp)) if (400..500).contains(&resp.code))
+    }
+
     /// The condition reason of a failed reconcile: what kind of refusal it was.
     pub fn reason(&self) -> &'static str {
         match self {

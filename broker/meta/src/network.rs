@@ -66,16 +66,39 @@ impl ControllerTls {
     }
 }
 
-/// How long a controller's announced address ([`Redirects`]) is used instead of its name: longer
-/// than cluster DNS keeps an old answer (kubeadm's CoreDNS: `ttl 30`, `cache 30`).
-pub const REDIRECT_FOR: Duration = Duration::from_secs(90);
+/// How long a controller's announced address ([`Redirects`]) is used instead of its name, from
+/// its last announcement: longer than cluster DNS keeps an old answer (kubeadm's CoreDNS:
+/// `ttl 30`, `cache 30`), short enough that a pod deleted meanwhile leaves its IP to no one.
+pub const REDIRECT_FOR: Duration = Duration::from_secs(45);
+
+/// gRPC metadata on every request between quorum nodes: the node id it is meant for. A node
+/// refuses a request meant for another (`check_target`), so a connection that reaches the
+/// wrong process (a stale DNS answer, a redirect to an address another pod took over) is an
+/// unreachable node to the sender, never a vote or an acknowledgement counted for the wrong one.
+pub const TARGET_HEADER: &str = "oxbow-target";
+
+/// Marks `req` as meant for node `target`.
+pub fn set_target<T>(req: &mut tonic::Request<T>, target: u64) {
+    if let Ok(v) = target.to_string().parse() {
+        req.metadata_mut().insert(TARGET_HEADER, v);
+    }
+}
+
+/// Refuses a request marked for a node other than `me`.
+pub fn check_target<T>(req: &tonic::Request<T>, me: u64) -> Result<(), tonic::Status> {
+    match req.metadata().get(TARGET_HEADER).and_then(|v| v.to_str().ok()).map(str::parse::<u64>) {
+        Some(Ok(t)) if t != me => Err(tonic::Status::unavailable(format!("this is node {me}, not node {t}"))),
+        _ => Ok(()),
+    }
+}
 
 /// Addresses controllers announced for themselves after a restart, used instead of their names
 /// for a while. A restarted pod has a new IP that cluster DNS may keep answering with the old
 /// one for up to half a minute; openraft's leader pushes the log to its followers, so without
 /// this the leader cannot reach a restarted voter until DNS catches up (KRaft's followers pull,
 /// and never meet this). A redirect only changes where a connection goes: TLS still checks the
-/// certificate against the node's name.
+/// certificate against the node's name, and every request names the node it is meant for
+/// ([`TARGET_HEADER`]).
 #[derive(Clone, Default)]
 pub struct Redirects(Arc<Mutex<HashMap<u64, (String, Instant)>>>);
 
@@ -184,6 +207,7 @@ impl Connection {
         };
         let mut request = tonic::Request::new(encode(req));
         request.set_timeout(option.hard_ttl());
+        set_target(&mut request, self.target);
         let reply = match method {
             Method::AppendEntries => client.append_entries(request).await,
             Method::Vote => client.vote(request).await,

@@ -25,7 +25,7 @@ use tonic::{Request, Response, Status};
 
 use crate::controller::{Command, Controller, Refusal, Reply, done_before};
 use crate::image::MetadataImage;
-use crate::network::{NetworkFactory, Redirects, channel_via, decode, encode};
+use crate::network::{NetworkFactory, Redirects, channel_via, check_target, decode, encode, set_target};
 use crate::raft::{LogStore, Published, Raft, RecordBatch, StateMachine, TypeConfig, open_db};
 use crate::records::NodeId;
 use crate::rpc::Payload;
@@ -593,6 +593,9 @@ impl Quorum {
             Routed::Command(c) => {
                 let mut r = Request::new(encode(c));
                 r.set_timeout(attempt);
+                if node >= 0 {
+                    set_target(&mut r, node as u64);
+                }
                 if retry {
                     r.metadata_mut().insert(RETRY_HEADER, tonic::metadata::MetadataValue::from_static("1"));
                 }
@@ -603,6 +606,9 @@ impl Quorum {
             Routed::Admin(a) => {
                 let mut r = Request::new(encode(a));
                 r.set_timeout(attempt);
+                if node >= 0 {
+                    set_target(&mut r, node as u64);
+                }
                 let reply = client.quorum_admin(r).await.map_err(|s| unavailable(&s.message()))?;
                 Ok(RoutedReply::Admin(decode::<AdminResult>(reply.get_ref()).map_err(|e| unavailable(&e))??))
             }
@@ -984,23 +990,27 @@ impl Service {
 #[tonic::async_trait]
 impl QuorumRpc for Service {
     async fn append_entries(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        check_target(&req, self.q.node_id() as u64)?;
         let rpc = decode(req.get_ref()).map_err(bad_request)?;
         self.q.inner.heard_from_leader.notify_one();
         Ok(Response::new(encode(&self.raft()?.append_entries(rpc).await)))
     }
 
     async fn vote(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        check_target(&req, self.q.node_id() as u64)?;
         let rpc = decode(req.get_ref()).map_err(bad_request)?;
         Ok(Response::new(encode(&self.raft()?.vote(rpc).await)))
     }
 
     async fn install_snapshot(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        check_target(&req, self.q.node_id() as u64)?;
         let rpc: openraft::raft::InstallSnapshotRequest<TypeConfig> = decode(req.get_ref()).map_err(bad_request)?;
         self.q.inner.heard_from_leader.notify_one();
         Ok(Response::new(encode(&self.raft()?.install_snapshot(rpc).await)))
     }
 
     async fn command(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        check_target(&req, self.q.node_id() as u64)?;
         let cmd: Command = decode(req.get_ref()).map_err(bad_request)?;
         let retry = req.metadata().contains_key(RETRY_HEADER);
         let result = self.q.execute_local(&cmd, retry).await;
@@ -1008,6 +1018,7 @@ impl QuorumRpc for Service {
     }
 
     async fn fetch(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        check_target(&req, self.q.node_id() as u64)?;
         let f: FetchRequest = decode(req.get_ref()).map_err(bad_request)?;
         let mut rx = self.q.subscribe();
         let _ = tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|i| i.version > f.after_version)).await;
@@ -1019,10 +1030,16 @@ impl QuorumRpc for Service {
     }
 
     async fn quorum_admin(&self, req: Request<Payload>) -> Result<Response<Payload>, Status> {
+        check_target(&req, self.q.node_id() as u64)?;
         let a: QuorumAdmin = decode(req.get_ref()).map_err(bad_request)?;
         if let QuorumAdmin::Announce { node_id, port } = a {
-            let Some(peer) = req.remote_addr() else {
-                return Err(Status::failed_precondition("the announcing node's address is unknown"));
+            // Only another voter this node knows, from an address that can be it.
+            let known = node_id >= 0 && node_id != self.q.node_id() && self.q.inner.addrs.lock().contains_key(&node_id);
+            if !known {
+                return Err(Status::invalid_argument(format!("node {node_id} is not another voter this node knows")));
+            }
+            let Some(peer) = req.remote_addr().filter(|p| !p.ip().is_loopback() && !p.ip().is_unspecified()) else {
+                return Err(Status::failed_precondition("the announcing node's address is unknown or local"));
             };
             let addr = SocketAddr::new(peer.ip(), port).to_string();
             tracing::info!(node = node_id, %addr, "a restarted controller announced its address");

@@ -85,9 +85,16 @@ pub async fn controlled_shutdown(broker: &Broker) {
                 return;
             }
             Ok(Ok(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "controlled shutdown heartbeat failed");
+            // A leader change meanwhile (NOT_CONTROLLER, no controller yet): try again until
+            // the deadline; ordinary heartbeats have stopped, so giving up would leave this
+            // broker's partitions led until its session expired.
+            Ok(Err(e)) if is_registration_lost(&e) => {
+                tracing::warn!(error = %e, "controlled shutdown: this broker is not registered any more");
                 return;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "controlled shutdown heartbeat failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(_) => {
                 tracing::warn!("controlled shutdown: the controller did not answer");

@@ -10,6 +10,9 @@ use crate::conditions::condition;
 use crate::crd::{BrokerStatus, Cluster, ClusterStatus, QuorumStatus};
 use crate::kafka::Quorum;
 
+/// How long a pod may wait for a node (or its volume) before that is reported as its problem.
+const PENDING_GRACE_SECONDS: i64 = 30;
+
 /// Container waiting reasons that mean the broker cannot run until something changes.
 const STUCK: &[&str] = &[
     "ImagePullBackOff",
@@ -46,7 +49,15 @@ pub fn pod_problem(pod: &Pod) -> Option<Problem> {
         let reason = status.reason.clone().unwrap_or_else(|| "Failed".into());
         return Some(Problem { reason, message: status.message.clone().unwrap_or_default() });
     }
-    let unscheduled = status.conditions.iter().flatten().find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+    // A pod waits for its volume or a node for a while as a matter of course (provisioning, an
+    // autoscaler): a cause only after half a minute.
+    let unscheduled = status.conditions.iter().flatten().find(|c| {
+        c.type_ == "PodScheduled"
+            && c.status == "False"
+            && c.last_transition_time.as_ref().is_none_or(|t| {
+                jiff::Timestamp::now().duration_since(t.0) >= jiff::SignedDuration::from_secs(PENDING_GRACE_SECONDS)
+            })
+    })?;
     let message = unscheduled.message.clone().unwrap_or_default();
     // The scheduler names claims it waits for; say so plainly.
     let reason = if message.contains("unbound") && message.contains("PersistentVolumeClaim") {
@@ -61,7 +72,9 @@ pub fn pod_problem(pod: &Pod) -> Option<Problem> {
 fn ready_for(pod: &Pod) -> Option<std::time::Duration> {
     let c = pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready" && c.status == "True")?;
     let since = c.last_transition_time.as_ref()?.0;
-    jiff::Timestamp::now().duration_since(since).try_into().ok()
+    // A kubelet clock ahead of the operator's reads as just now, not as unknown.
+    let d = jiff::Timestamp::now().duration_since(since).max(jiff::SignedDuration::ZERO);
+    d.try_into().ok()
 }
 
 pub(crate) fn pod_ready(pod: &Pod) -> bool {
