@@ -66,6 +66,9 @@ spec:
       labels: {{app: oxb}}
     spec:
       terminationGracePeriodSeconds: 10
+      # The broker image runs as uid 65532: the claim becomes its own through fsGroup (the test
+      # cluster's local volumes honour it, as CSI volumes do).
+      securityContext: {{fsGroup: 65532}}
       containers:
       - name: broker
         image: localhost/oxbow/oxbow-broker:dev
