@@ -365,7 +365,16 @@ def run_security(T, ns):
     # Three steps, each a rolling restart of both brokers (the metadata quorum reads its
     # certificates at startup).
     wait("the key replaced: the bundle trusts only a new key", replaced, 1200)
-    c = wait(f"Cluster {NAME} Ready after the key replacement", ready("cluster", NAME), 600)
+
+    def settled():
+        # The last step's roll done: no key generation on the pod template any more, every
+        # broker on the current template, Ready (a Ready seen between two steps' rolls is not
+        # the end; each restart waits for the last restarted broker to settle).
+        o = ready("cluster", NAME)()
+        tmpl = kjson("get", "statefulset", "-n", ns, f"{NAME}-broker")["spec"]["template"]["metadata"]
+        current = o and all(b.get("upToDate") for b in o["status"].get("brokers", []))
+        return o if current and "oxbow.io/ca-keys" not in (tmpl.get("annotations") or {}) else None
+    c = wait(f"Cluster {NAME} settled after the key replacement", settled, 600)
     new_ca = secret(f"{NAME}-cluster-ca", "tls.crt")
     notes = [e.get("note") or e.get("message", "") for e in cluster_events()
              if e.get("reason", "").startswith("CertificateAuthorityKeyReplac")]
