@@ -1,7 +1,9 @@
 //! The generated CRD files: one YAML per CRD under `crds/` (for `kubectl apply -f crds/`) and the
 //! same documents in the Helm chart's templates, annotated so `helm uninstall` keeps them
 //! (deleting a CRD deletes every resource of its kind) while `helm upgrade` updates them (CRDs
-//! in a chart's `crds/` directory are never upgraded, the usual cause of chart/CRD skew).
+//! in a chart's `crds/` directory are never upgraded, the usual cause of chart/CRD skew). The
+//! chart renders them only with `crds.install` (default true): one release per Kubernetes
+//! cluster owns them, every other release sets it false.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
@@ -21,7 +23,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 /// (path relative to the repository root, contents) of every generated file.
 pub fn files() -> Vec<(String, String)> {
     let mut out = Vec::new();
-    let mut chart = String::from(HEADER);
+    let mut chart = format!("{HEADER}{{{{- if .Values.crds.install }}}}\n");
     for crd in crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
         out.push((format!("crds/{name}.yaml"), format!("{HEADER}{}", to_yaml(&crd))));
@@ -33,6 +35,7 @@ pub fn files() -> Vec<(String, String)> {
         chart.push_str("---\n");
         chart.push_str(&to_yaml(&kept));
     }
+    chart.push_str("{{- end }}\n");
     out.push(("charts/oxbow/templates/crds.yaml".into(), chart));
     out.push(("docs/crd-reference.md".into(), reference()));
     out

@@ -77,6 +77,7 @@ impl Context {
         action: &str,
         note: String,
     ) {
+        self.metrics.event(&K::kind(&()), type_ == EventType::Warning, reason);
         let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
         // The API server refuses a note over 1 kB.
         let note = if note.len() > 1000 { format!("{}...", note.chars().take(990).collect::<String>()) } else { note };

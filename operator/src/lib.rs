@@ -11,6 +11,8 @@
 //!   the cluster through the admin protocol.
 //! - [`k8s`]: the shared [`k8s::Context`], server-side apply of objects and status under one
 //!   field manager, Events.
+//! - [`http`]: probes and the Prometheus `/metrics` endpoint; [`telemetry`]: logs, traces and
+//!   metrics (OTLP).
 //! - [`leader`]: leader election through a Lease, so replicas can run and one reconciles.
 //! - [`topic`]: the Topic controller. [`topic::plan`] (pure) decides create / grow / config
 //!   changes and refusals; [`kafka`] is the small Kafka admin client that carries them out.
@@ -23,6 +25,7 @@ pub mod cluster;
 pub mod conditions;
 pub mod crd;
 pub mod crdgen;
+pub mod http;
 pub mod k8s;
 pub mod kafka;
 pub mod leader;

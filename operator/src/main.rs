@@ -1,5 +1,6 @@
 //! `oxbow-operator`: runs the controllers until SIGTERM.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -7,14 +8,16 @@ use anyhow::Context as _;
 use kube::Client;
 use kube::runtime::events::Reporter;
 use oxbow_operator::cluster::{self, desired::Settings};
+use oxbow_operator::http::{self, Health};
 use oxbow_operator::k8s::Context;
 use oxbow_operator::leader::LeaderElector;
 
-const USAGE: &str = "usage: oxbow-operator [--namespace NS] [--broker-image IMAGE] [--cluster-domain DOMAIN]
-                      [--lease NAME | --no-leader-election]
+const USAGE: &str = "usage: oxbow-operator [--namespace NS[,NS...]]... [--broker-image IMAGE] [--cluster-domain DOMAIN]
+                      [--lease NAME | --no-leader-election] [--http-listener ADDR|none]
 
 Reconciles oxbow.io Cluster, Topic and User resources. Watches every namespace unless --namespace
-(or WATCH_NAMESPACE) names one. Defaults: --broker-image from OXBOW_BROKER_IMAGE,
+(or WATCH_NAMESPACE, comma-separated) names some. --http-listener (default 0.0.0.0:8080) serves
+/livez, /readyz and /metrics (Prometheus text). Defaults: --broker-image from OXBOW_BROKER_IMAGE,
 --cluster-domain cluster.local. Leader election: replicas share the Lease --lease (default
 oxbow-operator) in POD_NAMESPACE, identified by POD_NAME; only the holder reconciles. Without
 POD_NAMESPACE and POD_NAME (outside a pod) or with --no-leader-election it reconciles at once.
@@ -22,7 +25,9 @@ Logs: RUST_LOG (default info), JSON with LOG_FORMAT=json. Traces and metrics go 
 OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set.";
 
 struct Args {
-    namespace: Option<String>,
+    /// Empty: every namespace.
+    namespaces: Vec<String>,
+    http: Option<SocketAddr>,
     broker_image: String,
     cluster_domain: String,
     lease: Option<String>,
@@ -30,7 +35,8 @@ struct Args {
 
 fn parse_args() -> Result<Args, String> {
     let mut out = Args {
-        namespace: std::env::var("WATCH_NAMESPACE").ok().filter(|s| !s.is_empty()),
+        namespaces: Vec::new(),
+        http: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
         broker_image: std::env::var("OXBOW_BROKER_IMAGE").unwrap_or_default(),
         cluster_domain: "cluster.local".into(),
         lease: Some("oxbow-operator".into()),
@@ -44,7 +50,16 @@ fn parse_args() -> Result<Args, String> {
         };
         let mut value = || inline.clone().or_else(|| args.next()).ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
-            "--namespace" => out.namespace = Some(value()?),
+            "--namespace" => out.namespaces.extend(namespace_list(&value()?)?),
+            "--http-listener" => {
+                let v = value()?;
+                out.http = match v.as_str() {
+                    "none" | "" => None,
+                    _ => Some(v.parse().map_err(|_| {
+                        format!("--http-listener {v:?}: expected HOST:PORT with an IP address (0.0.0.0:8080), or none")
+                    })?),
+                };
+            }
             "--broker-image" => out.broker_image = value()?,
             "--cluster-domain" => out.cluster_domain = value()?,
             "--lease" => out.lease = Some(value()?),
@@ -53,8 +68,30 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
+    if out.namespaces.is_empty() {
+        out.namespaces = namespace_list(&std::env::var("WATCH_NAMESPACE").unwrap_or_default())
+            .map_err(|e| format!("WATCH_NAMESPACE: {e}"))?;
+    }
+    out.namespaces.sort();
+    out.namespaces.dedup();
     if out.broker_image.is_empty() {
         return Err("--broker-image (or OXBOW_BROKER_IMAGE) is required: the image of broker pods".into());
+    }
+    Ok(out)
+}
+
+/// A comma-separated list of namespace names (RFC 1123 labels); blanks between commas are skipped.
+fn namespace_list(list: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for ns in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let label = ns.len() <= 63
+            && ns.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !ns.starts_with('-')
+            && !ns.ends_with('-');
+        if !label {
+            return Err(format!("{ns:?} is not a namespace name (lowercase letters, digits and '-', at most 63)"));
+        }
+        out.push(ns.to_string());
     }
     Ok(out)
 }
@@ -97,15 +134,23 @@ async fn run() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
+    let metrics = oxbow_operator::telemetry::Metrics::default();
+    let health = Arc::new(Health::new(metrics.clone()));
+    if let Some(addr) = args.http {
+        let bound = http::serve(addr, health.clone()).await.with_context(|| format!("--http-listener {addr}"))?;
+        tracing::info!(%bound, "serving /livez, /readyz and /metrics");
+    }
     let client = Client::try_default().await.context("connecting to the Kubernetes API")?;
+    let version = client.apiserver_version().await.context("asking the Kubernetes API server its version")?;
+    health.set_ready(true);
     let ctx = Arc::new(Context {
         client,
         settings: Settings { broker_image: args.broker_image, cluster_domain: args.cluster_domain },
         reporter: Reporter { controller: "oxbow-operator".into(), instance: std::env::var("POD_NAME").ok() },
-        metrics: Default::default(),
+        metrics,
         backoff: Default::default(),
     });
-    tracing::info!(namespace = ?args.namespace, "oxbow-operator started");
+    tracing::info!(namespaces = ?args.namespaces, kubernetes = %version.git_version, "oxbow-operator started");
     let pod = (std::env::var("POD_NAMESPACE"), std::env::var("POD_NAME"));
     let elector = match (&args.lease, pod) {
         (Some(lease), (Ok(ns), Ok(me))) => {
@@ -122,13 +167,21 @@ async fn run() -> anyhow::Result<()> {
             }
         }
     }
-    let controllers = async {
-        tokio::join!(
-            cluster::run(ctx.clone(), args.namespace.clone()),
-            oxbow_operator::topic::run(ctx.clone(), args.namespace.clone()),
-            oxbow_operator::user::run(ctx.clone(), args.namespace.clone())
-        )
-    };
+    ctx.metrics.set_leading(true);
+    // One controller of each kind per watched namespace (the operator's Role is per namespace:
+    // a cluster-wide watch would be refused), or one over all namespaces.
+    let scopes: Vec<Option<String>> =
+        if args.namespaces.is_empty() { vec![None] } else { args.namespaces.iter().cloned().map(Some).collect() };
+    let controllers = futures_util::future::join_all(scopes.into_iter().map(|ns| {
+        let ctx = ctx.clone();
+        async move {
+            tokio::join!(
+                cluster::run(ctx.clone(), ns.clone()),
+                oxbow_operator::topic::run(ctx.clone(), ns.clone()),
+                oxbow_operator::user::run(ctx, ns)
+            )
+        }
+    }));
     match &elector {
         None => {
             controllers.await;
@@ -143,6 +196,8 @@ async fn run() -> anyhow::Result<()> {
             }
         }
     }
+    health.set_ready(false);
+    ctx.metrics.set_leading(false);
     tracing::info!("oxbow-operator stopped");
     Ok(())
 }

@@ -6,6 +6,14 @@
 //! and [`Metrics`] as OTLP metrics: `oxbow.operator.reconciles` (counter; attributes
 //! `controller`, `result`) and `oxbow.operator.reconcile.duration` (histogram, seconds).
 //! Attributes are bounded: no object names, so cardinality does not grow with resources.
+//!
+//! The same counts are kept in process for the Prometheus text endpoint (`/metrics`, see
+//! [`crate::http`]), for users who scrape rather than run a collector; [`Metrics::prometheus`]
+//! renders them.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram};
@@ -69,11 +77,28 @@ impl Telemetry {
     }
 }
 
-/// Reconcile metrics, recorded by both controllers.
+/// Reconcile and event metrics, recorded by every controller.
 #[derive(Clone)]
 pub struct Metrics {
     reconciles: Counter<u64>,
     duration: Histogram<f64>,
+    events: Counter<u64>,
+    scraped: Arc<Mutex<Scraped>>,
+    leading: Arc<AtomicBool>,
+}
+
+/// Upper bounds (seconds) of the reconcile duration histogram's buckets.
+const BUCKETS: [f64; 11] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+/// What `/metrics` shows. Keys are bounded: controller names, results, kinds and event reasons
+/// are constants of the code or Kubernetes' own pod-state reasons.
+#[derive(Default)]
+struct Scraped {
+    reconciles: BTreeMap<(&'static str, &'static str), u64>,
+    /// controller -> (count per bucket, then +Inf; sum)
+    duration: BTreeMap<&'static str, ([u64; BUCKETS.len() + 1], f64)>,
+    /// (kind, type, reason) -> count
+    events: BTreeMap<(String, &'static str, String), u64>,
 }
 
 impl Default for Metrics {
@@ -89,6 +114,12 @@ impl Default for Metrics {
                 .with_unit("s")
                 .with_description("Time of one reconcile pass")
                 .build(),
+            events: meter
+                .u64_counter("oxbow.operator.events")
+                .with_description("Kubernetes Events the operator recorded, by kind, type and reason")
+                .build(),
+            scraped: Default::default(),
+            leading: Default::default(),
         }
     }
 }
@@ -111,5 +142,121 @@ impl Metrics {
             [KeyValue::new("controller", controller), KeyValue::new("result", if ok { "success" } else { "error" })];
         self.reconciles.add(1, &attrs);
         self.duration.record(seconds, &attrs[..1]);
+        let mut scraped = self.scraped.lock().unwrap_or_else(|e| e.into_inner());
+        *scraped.reconciles.entry((controller, if ok { "success" } else { "error" })).or_default() += 1;
+        let (buckets, sum) = scraped.duration.entry(controller).or_default();
+        let i = BUCKETS.iter().position(|b| seconds <= *b).unwrap_or(BUCKETS.len());
+        buckets[i] += 1;
+        *sum += seconds;
+    }
+
+    /// Counts an Event the operator recorded on an object of `kind`.
+    pub fn event(&self, kind: &str, warning: bool, reason: &str) {
+        let type_ = if warning { "Warning" } else { "Normal" };
+        self.events.add(
+            1,
+            &[
+                KeyValue::new("kind", kind.to_string()),
+                KeyValue::new("type", type_),
+                KeyValue::new("reason", reason.to_string()),
+            ],
+        );
+        let mut scraped = self.scraped.lock().unwrap_or_else(|e| e.into_inner());
+        *scraped.events.entry((kind.to_string(), type_, reason.to_string())).or_default() += 1;
+    }
+
+    /// This replica holds the leader Lease (or runs without leader election) and reconciles.
+    pub fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, Ordering::Release);
+    }
+
+    /// Everything recorded, in the Prometheus text format (version 0.0.4).
+    pub fn prometheus(&self) -> String {
+        use std::fmt::Write as _;
+        let scraped = self.scraped.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = String::new();
+        let _ = writeln!(out, "# HELP oxbow_operator_info The operator's version.");
+        let _ = writeln!(out, "# TYPE oxbow_operator_info gauge");
+        let _ = writeln!(out, "oxbow_operator_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
+        let _ =
+            writeln!(out, "# HELP oxbow_operator_leader 1 while this replica holds the leader Lease and reconciles.");
+        let _ = writeln!(out, "# TYPE oxbow_operator_leader gauge");
+        let _ = writeln!(out, "oxbow_operator_leader {}", u8::from(self.leading.load(Ordering::Acquire)));
+        let _ = writeln!(out, "# HELP oxbow_operator_reconciles_total Reconcile passes, by controller and result.");
+        let _ = writeln!(out, "# TYPE oxbow_operator_reconciles_total counter");
+        for ((controller, result), n) in &scraped.reconciles {
+            let _ =
+                writeln!(out, "oxbow_operator_reconciles_total{{controller=\"{controller}\",result=\"{result}\"}} {n}");
+        }
+        let _ = writeln!(out, "# HELP oxbow_operator_reconcile_duration_seconds Time of one reconcile pass.");
+        let _ = writeln!(out, "# TYPE oxbow_operator_reconcile_duration_seconds histogram");
+        for (controller, (buckets, sum)) in &scraped.duration {
+            let mut cumulative = 0;
+            for (i, n) in buckets.iter().enumerate() {
+                cumulative += n;
+                let le = BUCKETS.get(i).map_or("+Inf".to_string(), |b| b.to_string());
+                let _ = writeln!(
+                    out,
+                    "oxbow_operator_reconcile_duration_seconds_bucket{{controller=\"{controller}\",le=\"{le}\"}} {cumulative}"
+                );
+            }
+            let _ = writeln!(out, "oxbow_operator_reconcile_duration_seconds_sum{{controller=\"{controller}\"}} {sum}");
+            let _ = writeln!(
+                out,
+                "oxbow_operator_reconcile_duration_seconds_count{{controller=\"{controller}\"}} {cumulative}"
+            );
+        }
+        let _ =
+            writeln!(out, "# HELP oxbow_operator_events_total Kubernetes Events recorded, by kind, type and reason.");
+        let _ = writeln!(out, "# TYPE oxbow_operator_events_total counter");
+        for ((kind, type_, reason), n) in &scraped.events {
+            let _ = writeln!(
+                out,
+                "oxbow_operator_events_total{{kind=\"{}\",type=\"{type_}\",reason=\"{}\"}} {n}",
+                escape(kind),
+                escape(reason)
+            );
+        }
+        out
+    }
+}
+
+/// A Prometheus label value: backslash, double quote and newline escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_counts_reconciles_buckets_and_events() {
+        let m = Metrics::default();
+        m.record("cluster", 0.2, true);
+        m.record("cluster", 3.0, false);
+        m.record("topic", 100.0, true);
+        m.event("Cluster", true, "ErrImagePull");
+        m.event("Cluster", true, "ErrImagePull");
+        m.event("Topic", false, "say \"hi\"");
+        m.set_leading(true);
+        let text = m.prometheus();
+        for line in [
+            "oxbow_operator_leader 1",
+            "oxbow_operator_reconciles_total{controller=\"cluster\",result=\"error\"} 1",
+            "oxbow_operator_reconciles_total{controller=\"cluster\",result=\"success\"} 1",
+            "oxbow_operator_reconcile_duration_seconds_bucket{controller=\"cluster\",le=\"0.1\"} 0",
+            "oxbow_operator_reconcile_duration_seconds_bucket{controller=\"cluster\",le=\"0.25\"} 1",
+            "oxbow_operator_reconcile_duration_seconds_bucket{controller=\"cluster\",le=\"5\"} 2",
+            "oxbow_operator_reconcile_duration_seconds_bucket{controller=\"cluster\",le=\"+Inf\"} 2",
+            "oxbow_operator_reconcile_duration_seconds_count{controller=\"cluster\"} 2",
+            "oxbow_operator_reconcile_duration_seconds_sum{controller=\"cluster\"} 3.2",
+            "oxbow_operator_reconcile_duration_seconds_bucket{controller=\"topic\",le=\"60\"} 0",
+            "oxbow_operator_reconcile_duration_seconds_bucket{controller=\"topic\",le=\"+Inf\"} 1",
+            "oxbow_operator_events_total{kind=\"Cluster\",type=\"Warning\",reason=\"ErrImagePull\"} 2",
+            "oxbow_operator_events_total{kind=\"Topic\",type=\"Normal\",reason=\"say \\\"hi\\\"\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
     }
 }

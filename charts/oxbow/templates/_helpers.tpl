@@ -14,3 +14,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "oxbow.fullname" -}}{{ printf "%s-operator" .Release.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+
+{{/* The watched namespaces, comma-separated (watchNamespaces and the deprecated watchNamespace); empty: all. */}}
+{{- define "oxbow.watchNamespaces" -}}
+{{- $all := .Values.watchNamespaces | default list -}}
+{{- if .Values.watchNamespace }}{{ $all = append $all .Values.watchNamespace }}{{ end -}}
+{{- $all | uniq | sortAlpha | join "," -}}
+{{- end -}}
