@@ -9,6 +9,7 @@ pub mod placement;
 pub mod rebalance;
 pub mod restart;
 pub mod status;
+pub mod storage;
 pub mod tls;
 pub mod voters;
 
@@ -206,7 +207,8 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     // What the brokers say (best effort: a cluster that is starting does not answer yet).
     let names = Names::of(&name);
     let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
-    let current = sts_api.get_opt(&names.stateful_set).await?.and_then(|s| s.spec).and_then(|s| s.replicas);
+    let existing = sts_api.get_opt(&names.stateful_set).await?;
+    let current = existing.as_ref().and_then(|s| s.spec.as_ref()).and_then(|s| s.replicas);
     // External listeners' Services, and the addresses Kubernetes gave them: the broker
     // certificate names them, the brokers advertise them.
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -281,6 +283,10 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
         spec.replicas = Some(external::replicas_cap(&addresses, want, current));
     }
     notes.external = addresses.waiting.first().map(|(b, what)| format!("broker {b} waits for {what}"));
+    // The claim template keeps its size: a larger storage.size resizes the claims below.
+    if let Some(existing) = &existing {
+        storage::keep_template_size(&mut stateful_set, existing);
+    }
     apply::<ConfigMap>(client, &ns, &config_map).await?;
     apply::<Service>(client, &ns, &headless).await?;
     apply::<Service>(client, &ns, &bootstrap).await?;
@@ -288,6 +294,21 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     apply::<PodDisruptionBudget>(client, &ns, &pdb).await?;
 
     external::delete_departed(client, &cluster, &ns, service_brokers).await?;
+    if !cluster.spec.storage.ephemeral {
+        let outcome = storage::resize(client, &ns, &names.stateful_set, &cluster.spec.storage.size).await?;
+        for claim in &outcome.grown {
+            let note = format!("resizing claim {claim} to {}", cluster.spec.storage.size);
+            ctx.event(cluster.as_ref(), "ResizingStorage", "Resize", note).await;
+        }
+        if let Some((reason, message)) = &outcome.refused {
+            let old = cluster.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+            if !old.iter().any(|c| c.type_ == "Ready" && c.reason == *reason && c.message.contains(message.as_str())) {
+                ctx.warn(cluster.as_ref(), reason, "Resize", message.clone()).await;
+            }
+        }
+        notes.storage = outcome.progress;
+        notes.storage_refused = outcome.refused;
+    }
 
     // Observe the pods and decide whether one restarts. A pod the StatefulSet should have but
     // does not: its controller's refusal to create it says why.
@@ -426,7 +447,9 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
                 && notes.scale_down_blocked.is_none()
                 && notes.voters.is_none()
                 && notes.external.is_none()
-                && notes.certificates.is_none() =>
+                && notes.certificates.is_none()
+                && notes.storage.is_none()
+                && notes.storage_refused.is_none() =>
         {
             Action::requeue(Duration::from_secs(60))
         }

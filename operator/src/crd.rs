@@ -300,7 +300,10 @@ impl PullPolicy {
 #[x_kube(validation = kube::core::Rule::new("!self.ephemeral || !has(self.storageClass)")
     .message("an ephemeral volume has no storageClass"))]
 pub struct StorageSpec {
-    /// Volume size, a Kubernetes quantity (for example `10Gi`).
+    /// Volume size, a Kubernetes quantity (for example `10Gi`). Raising it on a running Cluster
+    /// resizes every broker's claim with no restart, where the StorageClass allows expansion
+    /// (`allowVolumeExpansion`); the `Reconciling` condition shows the progress. A smaller size
+    /// is refused (`Ready=False`, reason `StorageShrinkRefused`): volumes cannot shrink.
     #[serde(default = "default_storage_size")]
     #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
     pub size: String,

@@ -15,26 +15,44 @@ API server, and:
   - deletes: a volume of ours in phase Released with reclaim policy Delete loses its directory,
     then is deleted;
   - sweeps: a directory under ROOT with neither a volume nor a claim behind it (a claim deleted
-    between our mkdir and create, a volume deleted by hand) is removed once a minute old.
+    between our mkdir and create, a volume deleted by hand) is removed once a minute old;
+  - resizes, as a CSI external-resizer does for a driver with no node-side step (a directory has
+    no file system to grow; storage.yaml's class has allowVolumeExpansion): a Bound claim on a
+    volume of ours whose spec.resources.requests.storage is above its status.capacity.storage is
+    marked in progress (status: condition Resizing, allocatedResourceStatuses.storage
+    ControllerResizeInProgress, allocatedResources.storage the new size), the volume's
+    spec.capacity.storage is set to the new size, then the claim's status.capacity.storage too,
+    its resize conditions (Resizing, FileSystemResizePending, *ResizeError) dropped and
+    allocatedResourceStatuses.storage removed (allocatedResources keeps the size), with the
+    events Resizing and VolumeResizeSuccessful on the claim. Online: pods keep running. The
+    kubelet then finds the claim already at the volume's size and does nothing (its recovery path
+    needs allocatedResources). kube-controller-manager's expand controller cannot expand a `local`
+    volume: it only records a Normal event ExternalExpanding ("waiting for an external controller
+    to expand this PVC") and writes nothing (no volume.kubernetes.io/storage-resizer annotation:
+    that is for CSI-migrated in-tree volumes), so the two do not compete. Shrinking is refused by
+    the API server. Sizes are compared as quantities (Ki, Mi, Gi, k, M, G, plain bytes, ...).
 `local` volumes, unlike hostPath ones, get a pod's fsGroup applied by the kubelet (it chowns the
 directory to the group and makes it group-writable on the first mount), as CSI volumes do, so
 pods running as non-root under PodSecurity `restricted` can write them.
 
 One log line per action on stdout; API and file system errors are logged (once until they
 change) and retried on the next pass, never fatal. Python standard library only; it talks to the
-API server with a client certificate (the ClusterRole system:persistent-volume-provisioner is
-all it needs; storage.yaml binds it).
+API server with a client certificate (storage.yaml binds it the ClusterRole
+system:persistent-volume-provisioner, and one of its own for resizing: patch on volumes and on
+claims' status).
 """
 
 import argparse
 import http.client
 import json
 import os
+import re
 import shutil
 import ssl
 import sys
 import time
 import urllib.parse
+from fractions import Fraction
 
 PROVISIONER = "test.oxbow.io/local"
 ANN_PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
@@ -42,6 +60,10 @@ ANN_SELECTED_NODE = "volume.kubernetes.io/selected-node"
 ANN_STORAGE_PROVISIONER = ("volume.kubernetes.io/storage-provisioner",
                            "volume.beta.kubernetes.io/storage-provisioner")
 ORPHAN_AGE = 60  # seconds a directory without a volume or claim is left alone
+# The claim conditions a resize sets (pkg/volume/util/resize_util.go knownResizeConditions): all
+# dropped when it is over.
+RESIZE_CONDITIONS = {"Resizing", "FileSystemResizePending", "ControllerResizeError", "NodeResizeError"}
+EVENT_SOURCE = f"external-resizer {PROVISIONER}"
 
 
 def log(msg):
@@ -68,7 +90,8 @@ class Api:
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Accept": "application/json", "User-Agent": "oxbow-local-provisioner"}
         if data is not None:
-            headers["Content-Type"] = "application/json"
+            # PATCH: a JSON merge patch (RFC 7386): maps merge, lists and values are replaced.
+            headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
         if self.conn is None:
             self.conn = http.client.HTTPSConnection(self.host, self.port, context=self.ctx, timeout=15)
         try:
@@ -111,6 +134,9 @@ class Provisioner:
         pv_by_claim = {((pv.get("spec") or {}).get("claimRef") or {}).get("uid"): pv for pv in pvs}
         for claim in claims:
             self.guard(f"claim {claim_name(claim)}", self.maybe_provision, claim, classes, pv_by_claim)
+        pv_by_name = {(pv.get("metadata") or {}).get("name"): pv for pv in pvs}
+        for claim in claims:
+            self.guard(f"resize {claim_name(claim)}", self.maybe_resize, claim, pv_by_name)
         for pv in pvs:
             self.guard(f"volume {(pv.get('metadata') or {}).get('name')}", self.maybe_delete, pv)
         self.guard("sweep", self.sweep, {(pv.get("metadata") or {}).get("name") for pv in pvs},
@@ -191,6 +217,71 @@ class Provisioner:
         log(f"provisioned {pv_name} for {name}: {size} {','.join(pv['spec']['accessModes'])} "
             f"on {node} at {path}")
 
+    def maybe_resize(self, claim, pv_by_name):
+        meta, spec, status = claim["metadata"], claim.get("spec") or {}, claim.get("status") or {}
+        name = claim_name(claim)
+        pv = pv_by_name.get(spec.get("volumeName"))
+        if (status.get("phase") != "Bound" or pv is None or meta.get("deletionTimestamp")
+                or (pv["metadata"].get("annotations") or {}).get(ANN_PROVISIONED_BY) != PROVISIONER):
+            return
+        ref = (pv.get("spec") or {}).get("claimRef") or {}
+        if ref.get("uid") != meta.get("uid") or ref.get("namespace") != meta.get("namespace"):
+            return  # not (yet) bound to this claim
+        want = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+        have = (status.get("capacity") or {}).get("storage")
+        if not want or not have or quantity(want) <= quantity(have):
+            return
+        pv_name = pv["metadata"]["name"]
+        ns = urllib.parse.quote(meta["namespace"])
+        status_path = f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{urllib.parse.quote(meta['name'])}/status"
+        others = [c for c in status.get("conditions") or [] if c.get("type") not in RESIZE_CONDITIONS]
+        # 1. In progress, unless a pass that stopped short (a restart) marked it already. The
+        # resourceVersion makes each status patch conditional: a claim changed since our list gets
+        # a 409, and is taken up again on the next pass.
+        if ((status.get("allocatedResourceStatuses") or {}).get("storage") != "ControllerResizeInProgress"
+                or quantity((status.get("allocatedResources") or {}).get("storage") or "0") != quantity(want)):
+            claim = self.api.call("PATCH", status_path, {
+                "metadata": {"resourceVersion": meta["resourceVersion"]},
+                "status": {
+                    "conditions": others + [{"type": "Resizing", "status": "True", "lastTransitionTime": now()}],
+                    "allocatedResourceStatuses": {"storage": "ControllerResizeInProgress"},
+                    "allocatedResources": {"storage": want},
+                }})
+            self.event(claim, "Normal", "Resizing", f"External resizer is resizing volume {pv_name}")
+        # 2. The volume: a directory, so nothing to grow but the number.
+        if quantity(((pv.get("spec") or {}).get("capacity") or {}).get("storage") or "0") < quantity(want):
+            self.api.call("PATCH", f"/api/v1/persistentvolumes/{urllib.parse.quote(pv_name)}",
+                          {"spec": {"capacity": {"storage": want}}})
+        # 3. Done (the external-resizer's markOverallExpansionAsFinished): no node expansion.
+        claim = self.api.call("PATCH", status_path, {
+            "metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
+            "status": {
+                "capacity": {"storage": want},
+                "conditions": others,
+                "allocatedResourceStatuses": {"storage": None},
+            }})
+        self.event(claim, "Normal", "VolumeResizeSuccessful", "Resize volume succeeded")
+        self.forget(("error", f"resize {name}"))
+        log(f"resized {pv_name} for {name}: {have} -> {want}")
+
+    def event(self, claim, type_, reason, message):
+        """Records an event on a claim, as the external-resizer does; a failure is only logged."""
+        meta = claim["metadata"]
+        ts = now()
+        try:
+            self.api.call("POST", f"/api/v1/namespaces/{urllib.parse.quote(meta['namespace'])}/events", {
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": meta["namespace"]},
+                "involvedObject": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                   "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"],
+                                   "resourceVersion": meta.get("resourceVersion")},
+                "type": type_, "reason": reason, "message": message, "source": {"component": EVENT_SOURCE},
+                "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
+            })
+            self.forget(("event", meta["uid"]))
+        except Exception as e:  # noqa: BLE001 - an event is worth a log line, not a retry
+            self.once(("event", meta["uid"]), f"error: event {reason} on {claim_name(claim)}: {type(e).__name__}: {e}")
+
     def maybe_delete(self, pv):
         meta, spec = pv["metadata"], pv.get("spec") or {}
         if ((meta.get("annotations") or {}).get(ANN_PROVISIONED_BY) != PROVISIONER
@@ -231,6 +322,28 @@ class Provisioner:
             else:
                 os.unlink(entry.path)
             log(f"removed {entry.path}: no volume or claim refers to it")
+
+
+def now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# A resource.Quantity: a decimal number, then a binary suffix (Ki = 2^10 ... Ei), a decimal one
+# (n, u, m, k, M, G, T, P, E) or a decimal exponent (1e9, 1E3); no suffix is plain bytes.
+QUANTITY = re.compile(r"([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?:[eE]([+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)")
+SUFFIX = {"": 1, "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 10**3),
+          "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def quantity(s):
+    """The exact value of a Kubernetes quantity ("1Gi", "1073741824", "1.5G", "1e9"), a Fraction."""
+    m = QUANTITY.fullmatch(str(s).strip())
+    if not m:
+        raise ValueError(f"not a quantity: {s!r}")
+    if m.group(2) is not None:
+        return Fraction(m.group(1)) * Fraction(10) ** int(m.group(2))
+    return Fraction(m.group(1)) * SUFFIX[m.group(3) or ""]
 
 
 def claim_name(claim):

@@ -15,7 +15,10 @@ against a test cluster where the chart is installed: `python3 tests/k8s/restrict
   - an impossible change (an image that cannot be pulled) shows `Ready=False` with the pod's
     cause (ErrImagePull or ImagePullBackOff, Kubernetes' message) and a Warning event; putting the
     image back recovers the Cluster, which serves again;
-  - a change the API server refuses (a storage size change: claim templates are immutable)
+  - storage grows online: a larger `storage.size` resizes every broker's claim (the test
+    cluster's provisioner expands its volumes), restarts nothing, keeps the records; a smaller
+    one is refused (`Ready=False`, `StorageShrinkRefused`, a Warning event);
+  - a change the API server refuses (a storage class change: claim templates are immutable)
     shows `Ready=False` with reason `Invalid` and the API server's message, and a Warning event;
     reverting it recovers.
 """
@@ -240,16 +243,56 @@ def run_restricted(T):
         fail(f"after recovering read {len(got.splitlines())} records of auto, want 100")
     step("recovered: every broker Ready, records intact")
 
-    step("a change the API server refuses (storage size): Ready=False, reason Invalid, its message")
+    def claims():
+        """claim -> (requested, capacity) of the Cluster's broker claims."""
+        return {c["metadata"]["name"]: (c["spec"]["resources"]["requests"]["storage"],
+                                        (c.get("status") or {}).get("capacity", {}).get("storage"))
+                for c in kjson("get", "pvc", "-n", NS)["items"]
+                if c["metadata"]["name"].startswith(f"data-{NAME}-broker-")}
+
+    def template_size():
+        sts = kjson("get", "statefulset", "-n", NS, f"{NAME}-broker")
+        return sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
+
+    step("storage grows online: 1Gi -> 2Gi resizes every broker's claim and restarts nothing")
+    before = pod_uids()
     kubectl("apply", "-f", "-", input=cluster_yaml({"storage": {"size": "2Gi"}}))
+    got = wait("every broker claim at 2Gi (requested and capacity)", lambda: (c := claims()) and len(c) == BROKERS
+               and all(v == ("2Gi", "2Gi") for v in c.values()) and c, 180)
+    wait(f"Cluster {NAME} Ready at 2Gi", ready(), 120)
+    resized = {e.get("note") or e.get("message") for e in kjson("get", "events", "-n", NS)["items"]
+               if e.get("reason") == "ResizingStorage"}
+    if len(resized) != BROKERS or template_size() != "1Gi" or pod_uids() != before:
+        fail(f"resize events {resized}, template {template_size()}, pods restarted: {pod_uids() != before}")
+    got_records = kcat("-C", "-t", "auto", "-o", "beginning", "-e", "-q")
+    if sorted(got_records.splitlines()) != sorted(records.splitlines()):
+        fail(f"after the resize read {len(got_records.splitlines())} records of auto, want 100")
+    step(f"claims {got}; {len(resized)} ResizingStorage events; the StatefulSet's template keeps 1Gi "
+         "(immutable); no broker restarted; records intact")
+
+    step("a shrink is refused: Ready=False, reason StorageShrinkRefused, a Warning event")
+    kubectl("apply", "-f", "-", input=cluster_yaml({"storage": {"size": "1Gi"}}))
+    c = wait("Ready=False with reason StorageShrinkRefused", ready(False, ("StorageShrinkRefused",)), 120)
+    msg = condition(c, "Ready")["message"]
+    if "cannot shrink" not in msg or any(v != ("2Gi", "2Gi") for v in claims().values()):
+        fail(f"Ready message {msg!r}, claims {claims()}")
+    wait("a Warning event with reason StorageShrinkRefused",
+         lambda: [e for e in warnings() if e.get("reason") == "StorageShrinkRefused"], 60)
+    step(f"Ready: StorageShrinkRefused: {msg[:200]}")
+    kubectl("apply", "-f", "-", input=cluster_yaml({"storage": {"size": "2Gi"}}))
+    wait(f"Cluster {NAME} Ready again at 2Gi", ready(), 120)
+
+    step("a change the API server refuses (a storage class: claim templates are immutable): Ready=False, "
+         "reason Invalid, its message")
+    kubectl("apply", "-f", "-", input=cluster_yaml({"storage": {"size": "2Gi", "storageClass": "other"}}))
     c = wait("Ready=False with reason Invalid", ready(False, ("Invalid",)), 120)
     msg = condition(c, "Ready")["message"]
     if "StatefulSet" not in msg or "Forbidden" not in msg:
         fail(f"Ready message {msg!r}")
     wait("a Warning event with reason Invalid", lambda: [e for e in warnings() if e.get("reason") == "Invalid"], 60)
     step(f"Ready: Invalid: {msg[:200]}")
-    kubectl("apply", "-f", "-", input=cluster_yaml())
-    wait(f"Cluster {NAME} Ready again with the size put back", ready(), 180)
+    kubectl("apply", "-f", "-", input=cluster_yaml({"storage": {"size": "2Gi"}}))
+    wait(f"Cluster {NAME} Ready again with the class put back", ready(), 180)
 
     step(f"removing namespace {NS}")
     kubectl("delete", "namespace", NS, "--timeout=300s")

@@ -164,7 +164,10 @@ pub fn status(
 
     let problems: Vec<(&str, &Problem)> =
         pods.iter().filter_map(|p| p.problem.as_ref().map(|x| (p.name.as_str(), x))).collect();
-    let (ready_reason, ready_msg) = if let Some((_, first)) = problems.first() {
+    let (ready_reason, ready_msg) = if let Some((reason, message)) = &notes.storage_refused {
+        // The spec cannot be carried out until it changes: not Ready, whatever the pods do.
+        (*reason, format!("{ready}/{replicas} brokers ready; {message}"))
+    } else if let Some((_, first)) = problems.first() {
         // What Kubernetes says comes first: it is what has to be fixed.
         let causes: Vec<String> =
             problems.iter().map(|(pod, x)| format!("{pod}: {}: {}", x.reason, x.message)).collect();
@@ -181,9 +184,11 @@ pub fn status(
     let ns = cluster.namespace().unwrap_or_default();
     // Steps that wait on something outside the reconcile come first.
     let waiting = (notes.certificates.as_deref().map(|n| ("ReplacingCaKey", n)))
-        .or_else(|| notes.external.as_deref().map(|n| ("WaitingForAddresses", n)));
+        .or_else(|| notes.external.as_deref().map(|n| ("WaitingForAddresses", n)))
+        .or_else(|| notes.storage.as_deref().map(|n| ("ResizingStorage", n)));
+    let is_ready = all_ready && current && notes.storage_refused.is_none();
     let mut conditions = vec![
-        condition(&old, "Ready", all_ready && current, ready_reason, ready_msg, generation),
+        condition(&old, "Ready", is_ready, ready_reason, ready_msg, generation),
         match (waiting, config_note, notes.voters.as_deref()) {
             (Some((reason, note)), _, _) => condition(&old, "Reconciling", true, reason, note.to_string(), generation),
             (None, Some(note), _) => {
@@ -317,4 +322,8 @@ pub struct Notes {
     pub listeners: Vec<crate::crd::ListenerStatus>,
     /// A CA key replacement step that waits, and for what.
     pub certificates: Option<String>,
+    /// Broker volumes growing to `storage.size`: how far.
+    pub storage: Option<String>,
+    /// Why the volumes cannot have `storage.size` (condition reason, message).
+    pub storage_refused: Option<(&'static str, String)>,
 }
