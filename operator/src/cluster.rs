@@ -295,7 +295,10 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
 
     external::delete_departed(client, &cluster, &ns, service_brokers).await?;
     if !cluster.spec.storage.ephemeral {
-        let outcome = storage::resize(client, &ns, &names.stateful_set, &cluster.spec.storage.size).await?;
+        let brokers = cluster.spec.replicas.max(current.unwrap_or(0));
+        let selector = desired::selector_string(&name);
+        let size = &cluster.spec.storage.size;
+        let outcome = storage::resize(client, &ns, &names.stateful_set, &selector, brokers, size).await?;
         for claim in &outcome.grown {
             let note = format!("resizing claim {claim} to {}", cluster.spec.storage.size);
             ctx.event(cluster.as_ref(), "ResizingStorage", "Resize", note).await;
@@ -442,6 +445,15 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
 
     Ok(match decision {
         Decision::Done if moving => Action::requeue(Duration::from_secs(5)),
+        // A refused storage size waits for the spec to change (a change wakes the controller).
+        Decision::Done
+            if notes.storage_refused.is_some()
+                && notes.config.is_none()
+                && notes.scale_down_blocked.is_none()
+                && notes.voters.is_none() =>
+        {
+            Action::requeue(Duration::from_secs(60))
+        }
         Decision::Done
             if notes.config.is_none()
                 && notes.scale_down_blocked.is_none()

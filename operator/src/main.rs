@@ -140,6 +140,14 @@ async fn run() -> anyhow::Result<()> {
         let bound = http::serve(addr, health.clone()).await.with_context(|| format!("--http-listener {addr}"))?;
         tracing::info!(%bound, "serving /livez, /readyz and /metrics");
     }
+    // From the moment a shutdown begins, not ready (the controllers then finish their passes).
+    tokio::spawn({
+        let health = health.clone();
+        async move {
+            terminate().await;
+            health.set_ready(false);
+        }
+    });
     let client = Client::try_default().await.context("connecting to the Kubernetes API")?;
     let version = client.apiserver_version().await.context("asking the Kubernetes API server its version")?;
     health.set_ready(true);

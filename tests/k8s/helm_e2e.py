@@ -70,7 +70,8 @@ def quickstart():
     subst = [("REGISTRY/oxbow-operator", "localhost/oxbow/oxbow-operator"), ("image.tag=TAG", "image.tag=dev"),
              ("REGISTRY/oxbow-broker:TAG", "localhost/oxbow/oxbow-broker:dev"),
              # The toolbox image has kcat but no entrypoint: name the command.
-             ("--image=docker.io/edenhill/kcat:1.7.1 --", "--image=localhost/oxbow/toolbox:dev --command -- kcat")]
+             ("--image=docker.io/edenhill/kcat:1.7.1 --", "--image=localhost/oxbow/toolbox:dev --command -- kcat"),
+             ("--image=docker.io/edenhill/kcat:1.7.1 \\\n  --", "--image=localhost/oxbow/toolbox:dev \\\n  --command -- kcat")]
     out = ""
     for i, block in enumerate(blocks):
         for a, b in subst:
@@ -106,8 +107,11 @@ spec: {{cluster: c, partitions: 2}}
 
 def two_releases():
     for ns in TEAMS:
-        if not kubectl("get", "namespace", ns, check=False).strip():
-            kubectl("create", "namespace", ns)
+        # Fresh namespaces: Events left by an earlier run would be counted.
+        if kubectl("get", "namespace", ns, check=False).strip():
+            run("helm", "uninstall", ns, "-n", ns, check=False)
+            kubectl("delete", "namespace", ns, "--timeout=180s")
+        kubectl("create", "namespace", ns)
     step("release team-a (installs the CRDs) and team-b (crds.install=false), each watching its own namespace")
     run("helm", "install", "team-a", CHART, "-n", "team-a", *IMAGES, "--set", "watchNamespaces={team-a}",
         "--wait", "--timeout", "180s")
@@ -143,8 +147,9 @@ def two_releases():
                   c.get("readinessProbe", {}).get("httpGet", {}).get("path"))
         if probes != ("/livez", "/readyz"):
             fail(f"{name} probes {probes}")
-        if not any(s["ready"] for s in pod["status"].get("containerStatuses", [])):
-            fail(f"{name} is not ready")
+        statuses = pod["status"].get("containerStatuses", [])
+        if not statuses or not all(s["ready"] and s["restartCount"] == 0 for s in statuses):
+            fail(f"{name} is not ready, or its liveness probe restarted it: {statuses}")
         if f"--namespace={ns}" not in c.get("args", []):
             fail(f"{name} args {c.get('args')}")
         pdb = kjson("get", "pdb", "-n", ns, f"{ns}-operator")
@@ -191,7 +196,7 @@ def every_value():
         fail(f"tests/k8s/helm-every-value.yaml sets {same} to their defaults")
     step("helm lint with the defaults and with every value set")
     run("helm", "lint", CHART)
-    run("helm", "lint", CHART, "-f", EVERY)
+    run("helm", "lint", CHART, "-f", EVERY, "-n", "helm-every")
     namespaces = ["helm-every", "helm-every-a", "helm-every-b", "helm-every-c"]
     for ns in namespaces:
         if not kubectl("get", "namespace", ns, check=False).strip():
@@ -212,6 +217,8 @@ def eval_path(tree, path):
 
 def main():
     step("no Cluster, Topic or User is left; the CRDs are removed so a release can own them")
+    if kubectl("get", "namespace", QUICK_NS, check=False).strip():
+        kubectl("delete", "namespace", QUICK_NS, "--timeout=180s")
     no_oxbow_resources()
     quickstart()
     no_oxbow_resources()

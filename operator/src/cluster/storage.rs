@@ -13,51 +13,47 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 /// The claim template's name ([`super::desired`]): broker N's claim is `data-<sts>-N`.
 pub const CLAIM: &str = "data";
 
-/// A quantity in bytes (`10Gi`, `500M`, `1.5Gi`, `1073741824`); None when it is not one.
+/// A quantity in whole bytes, rounded up as Kubernetes does (`10Gi`, `500M`, `1.5Gi`,
+/// `1073741824`, `1e9`, and the millis the API server writes a fractional byte count in:
+/// `1395864371200m`); None when it is not one.
 pub fn bytes(q: &str) -> Option<u128> {
     let q = q.trim();
     let split = q.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(q.len());
     let (num, unit) = q.split_at(split);
-    let mult: u128 = match unit {
-        "" => 1,
-        "k" => 1_000,
-        "M" => 1_000_000,
-        "G" => 1_000_000_000,
-        "T" => 1_000_000_000_000,
-        "P" => 1_000_000_000_000_000,
-        "E" => 1_000_000_000_000_000_000,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        "Ti" => 1 << 40,
-        "Pi" => 1 << 50,
-        "Ei" => 1 << 60,
+    // value = mantissa / 10^decimals * binary * 10^power
+    let (binary, power): (u128, i32) = match unit {
+        "" => (1, 0),
+        "n" => (1, -9),
+        "u" => (1, -6),
+        "m" => (1, -3),
+        "k" => (1, 3),
+        "M" => (1, 6),
+        "G" => (1, 9),
+        "T" => (1, 12),
+        "P" => (1, 15),
+        "E" => (1, 18),
+        "Ki" => (1 << 10, 0),
+        "Mi" => (1 << 20, 0),
+        "Gi" => (1 << 30, 0),
+        "Ti" => (1 << 40, 0),
+        "Pi" => (1 << 50, 0),
+        "Ei" => (1 << 60, 0),
+        e if e.starts_with(['e', 'E']) => (1, e[1..].parse::<i32>().ok().filter(|p| p.abs() <= 30)?),
         _ => return None,
     };
     let (int, frac) = num.split_once('.').unwrap_or((num, ""));
-    if int.is_empty() && frac.is_empty() {
+    if (int.is_empty() && frac.is_empty()) || frac.len() > 30 || int.len() > 30 {
         return None;
     }
-    let int: u128 = if int.is_empty() { 0 } else { int.parse().ok()? };
-    let mut value = int.checked_mul(mult)?;
-    // Fractions: digit by digit, rounding up as Kubernetes does to whole bytes.
-    let mut scale = mult;
-    let mut rest = 0u128;
-    for d in frac.bytes() {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        rest = rest * 10 + u128::from(d - b'0');
-        scale *= 10;
-        if scale > mult * 1_000_000_000_000 {
-            break;
-        }
+    let digits = format!("{int}{frac}");
+    let mantissa: u128 = digits.parse().ok()?;
+    let scaled = mantissa.checked_mul(binary)?;
+    let exp = power - frac.len() as i32;
+    if exp >= 0 {
+        scaled.checked_mul(10u128.checked_pow(exp as u32)?)
+    } else {
+        Some(scaled.div_ceil(10u128.checked_pow(exp.unsigned_abs())?))
     }
-    if rest > 0 {
-        let tens = scale / mult;
-        value += (rest * mult).div_ceil(tens);
-    }
-    Some(value)
 }
 
 /// One broker's claim as Kubernetes has it.
@@ -71,6 +67,8 @@ pub struct Claim {
     /// The resize conditions that are True (`Resizing`, `FileSystemResizePending`, ...), with
     /// their messages.
     pub conditions: Vec<String>,
+    /// Bound to a volume: only a bound claim can be resized.
+    pub bound: bool,
 }
 
 impl Claim {
@@ -84,6 +82,7 @@ impl Claim {
         let status = pvc.status.as_ref();
         Claim {
             name: pvc.metadata.name.clone().unwrap_or_default(),
+            bound: status.and_then(|s| s.phase.as_deref()) == Some("Bound"),
             requested,
             capacity: status.and_then(|s| s.capacity.as_ref()?.get("storage")).map(|q| q.0.clone()),
             conditions: status
@@ -137,10 +136,17 @@ pub fn plan(size: &str, claims: &[Claim]) -> Plan {
         return out;
     }
     for c in claims {
+        let has = c.capacity.as_deref().and_then(bytes);
+        if !c.bound {
+            // A new broker's claim (the template's size): resized once its volume exists.
+            if bytes(&c.requested).is_some_and(|b| b < want) {
+                out.resizing.push(format!("{} waits to be bound", c.name));
+            }
+            continue;
+        }
         if bytes(&c.requested).is_some_and(|b| b < want) {
             out.grow.push(c.name.clone());
         }
-        let has = c.capacity.as_deref().and_then(bytes);
         if has.is_none_or(|b| b < want) {
             let at = c.capacity.as_deref().unwrap_or("no capacity yet");
             let why = if c.conditions.is_empty() { String::new() } else { format!(", {}", c.conditions.join(", ")) };
@@ -162,16 +168,25 @@ pub struct Outcome {
     pub refused: Option<(&'static str, String)>,
 }
 
-/// Resizes the claims of StatefulSet `sts` in `ns` to `size` where they are smaller.
-pub async fn resize(client: &kube::Client, ns: &str, sts: &str, size: &str) -> Result<Outcome, crate::Error> {
+/// Resizes the claims of StatefulSet `sts` in `ns` (its pods' `selector`) to `size` where they
+/// are smaller, for ordinals below `brokers`: a claim a scale-down left behind is not resized
+/// (no pod mounts it) until a scale-up uses it again.
+pub async fn resize(
+    client: &kube::Client,
+    ns: &str,
+    sts: &str,
+    selector: &str,
+    brokers: i32,
+    size: &str,
+) -> Result<Outcome, crate::Error> {
     use kube::api::{Api, ListParams, Patch, PatchParams};
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
     let claims: Vec<Claim> = api
-        .list(&ListParams::default())
+        .list(&ListParams::default().labels(selector))
         .await?
         .items
         .iter()
-        .filter(|c| c.metadata.name.as_deref().is_some_and(|n| is_broker_claim(n, sts)))
+        .filter(|c| c.metadata.name.as_deref().and_then(|n| broker_ordinal(n, sts)).is_some_and(|o| o < brokers))
         .map(Claim::of)
         .collect();
     let plan = plan(size, &claims);
@@ -213,13 +228,13 @@ pub fn keep_template_size(desired: &mut StatefulSet, existing: &StatefulSet) {
     }
 }
 
-/// Whether `pvc` is one of broker claims of StatefulSet `sts` (`data-<sts>-<ordinal>`).
-pub fn is_broker_claim(pvc: &str, sts: &str) -> bool {
-    pvc.strip_prefix(CLAIM)
-        .and_then(|r| r.strip_prefix('-'))
-        .and_then(|r| r.strip_prefix(sts))
-        .and_then(|r| r.strip_prefix('-'))
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+/// The ordinal of `pvc` when it is a broker claim of StatefulSet `sts` (`data-<sts>-<ordinal>`).
+pub fn broker_ordinal(pvc: &str, sts: &str) -> Option<i32> {
+    let n = pvc.strip_prefix(CLAIM)?.strip_prefix('-')?.strip_prefix(sts)?.strip_prefix('-')?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse().ok()
 }
 
 #[cfg(test)]
@@ -232,6 +247,7 @@ mod tests {
             requested: requested.into(),
             capacity: capacity.map(str::to_string),
             conditions: conditions.iter().map(|s| s.to_string()).collect(),
+            bound: true,
         }
     }
 
@@ -244,7 +260,13 @@ mod tests {
         assert_eq!(bytes("1k"), Some(1000));
         assert_eq!(bytes("0.1"), Some(1));
         assert!(bytes("1Gi") < bytes("1.1G"));
-        for bad in ["", "Gi", "1.2.3Gi", "10gi", "x", "1 Gi", "."] {
+        // What the API server stores for a fractional byte count, and exponents.
+        assert_eq!(bytes("1395864371200m"), Some(1_395_864_372));
+        assert_eq!(bytes("1.3Gi"), Some(1_395_864_372));
+        assert_eq!(bytes("1e9"), Some(1_000_000_000));
+        assert_eq!(bytes("1.5E3"), Some(1500));
+        assert_eq!(bytes("500m"), Some(1));
+        for bad in ["", "Gi", "1.2.3Gi", "10gi", "x", "1 Gi", ".", "1e", "1e999", "1Zi"] {
             assert_eq!(bytes(bad), None, "{bad}");
         }
     }
@@ -273,6 +295,17 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_not_bound_yet_waits_and_is_not_patched() {
+        let mut pending = claim("data-e-broker-3", "1Gi", None, &[]);
+        pending.bound = false;
+        let claims = [claim("data-e-broker-0", "2Gi", Some("2Gi"), &[]), pending];
+        let p = plan("2Gi", &claims);
+        assert_eq!(p.grow, Vec::<String>::new());
+        assert_eq!(p.resizing, ["data-e-broker-3 waits to be bound"]);
+        assert_eq!(p.shrink, None);
+    }
+
+    #[test]
     fn a_smaller_size_is_refused_and_nothing_is_resized() {
         let claims = [claim("data-e-broker-0", "1Gi", Some("1Gi"), &[]), claim("data-e-broker-1", "4Gi", None, &[])];
         let p = plan("2Gi", &claims);
@@ -283,11 +316,11 @@ mod tests {
 
     #[test]
     fn broker_claims_are_told_apart_from_other_clusters() {
-        assert!(is_broker_claim("data-events-broker-0", "events-broker"));
-        assert!(is_broker_claim("data-events-broker-12", "events-broker"));
-        assert!(!is_broker_claim("data-events-broker-x", "events-broker"));
-        assert!(!is_broker_claim("data-events-broker-", "events-broker"));
-        assert!(!is_broker_claim("data-events-broker-0", "ev-broker"));
-        assert!(!is_broker_claim("data-events-2-broker-0", "events-broker"));
+        assert_eq!(broker_ordinal("data-events-broker-0", "events-broker"), Some(0));
+        assert_eq!(broker_ordinal("data-events-broker-12", "events-broker"), Some(12));
+        assert_eq!(broker_ordinal("data-events-broker-x", "events-broker"), None);
+        assert_eq!(broker_ordinal("data-events-broker-", "events-broker"), None);
+        assert_eq!(broker_ordinal("data-events-broker-0", "ev-broker"), None);
+        assert_eq!(broker_ordinal("data-events-2-broker-0", "events-broker"), None);
     }
 }
