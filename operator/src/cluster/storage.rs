@@ -195,14 +195,16 @@ pub async fn resize(
         let patch = serde_json::json!({ "spec": { "resources": { "requests": { "storage": size } } } });
         match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => out.grown.push(name.clone()),
-            // The API server's answer (no expansion in the StorageClass, a quota) is the user's
-            // to act on: the rest of the reconcile goes on.
-            Err(kube::Error::Api(resp)) if (400..500).contains(&resp.code) => {
+            // The API server's refusal (no expansion in the StorageClass, a quota) is the
+            // user's to act on: the rest of the reconcile goes on.
+            Err(kube::Error::Api(resp)) if matches!(resp.code, 403 | 422) => {
                 out.refused =
                     Some(("StorageResizeRefused", format!("resizing claim {name} to {size}: {}", resp.message)));
                 break;
             }
-            Err(e) => return Err(e.into()),
+            // Anything else (the claim changed or went meanwhile, throttling, a hiccup): the
+            // claim stays in the progress line and the next pass tries again.
+            Err(e) => tracing::debug!(claim = %name, error = %e, "could not resize a claim; retrying"),
         }
     }
     out.progress = plan.progress(size, claims.len());
