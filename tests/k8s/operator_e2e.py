@@ -223,8 +223,20 @@ def topic_state(name, ready=True, reason=None):
 
 
 def kcat(*args, input=None):
-    return run("kubectl", "exec", "-i", "-n", NS, "client", "--", "kcat", "-b", "events-bootstrap:9092", *args,
-               input=input).stdout
+    """kcat in the client pod. A broker name that does not resolve is retried for up to 45 s:
+    while a restarted broker's pod was replaced its name had no answer, and cluster DNS caches
+    that NXDOMAIN for up to 30 s (CoreDNS `cache 30`); kcat -e gives up at once where a
+    long-running client would resolve again. Only reads are retried (a produce retried could
+    write twice); any other failure fails at once."""
+    cmd = ["kubectl", "exec", "-i", "-n", NS, "client", "--", "kcat", "-b", "events-bootstrap:9092", *args]
+    deadline = time.monotonic() + 45
+    while True:
+        p = run(*cmd, input=input, check=False)
+        if p.returncode == 0:
+            return p.stdout
+        if input is not None or "Host resolution failure" not in p.stderr or time.monotonic() > deadline:
+            fail(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+        time.sleep(2)
 
 
 PRODUCE_JAVA = os.path.join(ROOT, "tests", "clients", "java", "Produce.java")
