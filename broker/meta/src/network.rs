@@ -145,10 +145,27 @@ pub fn channel_via(
     Ok(endpoint.connect_lazy())
 }
 
+/// When each node last answered a Raft RPC of this node's (any answer, a refusal included):
+/// the active controller drops learners that stopped answering ([`Contacts::silent_since`]).
+#[derive(Clone, Default)]
+pub struct Contacts(Arc<Mutex<HashMap<u64, Instant>>>);
+
+impl Contacts {
+    fn answered(&self, node: u64) {
+        self.0.lock().insert(node, Instant::now());
+    }
+
+    /// When `node` last answered, if it ever did while this process ran.
+    pub fn last(&self, node: u64) -> Option<Instant> {
+        self.0.lock().get(&node).copied()
+    }
+}
+
 pub struct NetworkFactory {
     pub local_ip: Option<IpAddr>,
     pub tls: Option<ControllerTls>,
     pub redirects: Redirects,
+    pub contacts: Contacts,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -161,6 +178,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             local_ip: self.local_ip,
             tls: self.tls.clone(),
             redirects: self.redirects.clone(),
+            contacts: self.contacts.clone(),
             via: None,
             client: None,
         };
@@ -175,6 +193,7 @@ pub struct Connection {
     local_ip: Option<IpAddr>,
     tls: Option<ControllerTls>,
     redirects: Redirects,
+    contacts: Contacts,
     /// The announced address the client connects to, if any.
     via: Option<String>,
     client: Option<QuorumClient<Channel>>,
@@ -214,6 +233,7 @@ impl Connection {
             Method::InstallSnapshot => client.install_snapshot(request).await,
         };
         let reply = reply.map_err(|s| unreachable(&AnyError(format!("{}: {}", s.code(), s.message()))))?;
+        self.contacts.answered(self.target);
         let result: Result<Resp, RaftError<u64, E>> =
             decode(reply.get_ref()).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))

@@ -25,7 +25,7 @@ use tonic::{Request, Response, Status};
 
 use crate::controller::{Command, Controller, Refusal, Reply, done_before};
 use crate::image::MetadataImage;
-use crate::network::{NetworkFactory, Redirects, channel_via, check_target, decode, encode, set_target};
+use crate::network::{Contacts, NetworkFactory, Redirects, channel_via, check_target, decode, encode, set_target};
 use crate::raft::{LogStore, Published, Raft, RecordBatch, StateMachine, TypeConfig, open_db};
 use crate::records::NodeId;
 use crate::rpc::Payload;
@@ -62,7 +62,17 @@ pub struct QuorumConfig {
     pub election_timeout_ms: u64,
     /// TLS on the CONTROLLER listener and on every connection to one.
     pub tls: Option<crate::network::ControllerTls>,
+    /// How long the active controller keeps a learner (an observer controller: a voter being
+    /// added, or one removed that still runs) that does not answer it, before it leaves the
+    /// membership: a controller removed from the voters and then shut down for good is not
+    /// replicated to, nor listed as an observer, forever. Kafka drops a silent observer after
+    /// five minutes too ([`OBSERVER_SESSION_TIMEOUT`]). A dropped node that comes back follows
+    /// the metadata like a broker, and AddRaftVoter makes it a voter again.
+    pub observer_session_timeout: Duration,
 }
+
+/// Kafka's observer session timeout (`LeaderState.OBSERVER_SESSION_TIMEOUT_MS`).
+pub const OBSERVER_SESSION_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Errors that stop the quorum from starting.
 #[derive(Debug, thiserror::Error)]
@@ -202,6 +212,8 @@ struct Inner {
     leader_hint: AtomicU64,
     /// Signalled by every AppendEntries or snapshot a leader sends (see `hold_candidacy`).
     heard_from_leader: tokio::sync::Notify,
+    /// When each node last answered this node's Raft RPCs (shared with openraft's network).
+    contacts: Contacts,
 }
 
 /// A handle on this node's view of the metadata quorum.
@@ -229,8 +241,9 @@ impl Quorum {
         let (tx, rx) = watch::channel(Arc::new(MetadataImage::default()));
         let published = Arc::new(Published { image: tx, bytes_since_snapshot: AtomicU64::new(0) });
         let redirects = Redirects::default();
+        let contacts = Contacts::default();
         let (raft, restarted) = if cfg.controller {
-            let (raft, restarted) = start_raft(&cfg, published.clone(), redirects.clone()).await?;
+            let (raft, restarted) = start_raft(&cfg, published.clone(), redirects.clone(), contacts.clone()).await?;
             (Some(raft), restarted)
         } else {
             (None, false)
@@ -256,6 +269,7 @@ impl Quorum {
             redirects,
             leader_hint: AtomicU64::new(NO_LEADER),
             heard_from_leader: tokio::sync::Notify::new(),
+            contacts,
         });
         let q = Quorum { inner };
         if restarted && q.voter_count() > 1 {
@@ -747,6 +761,9 @@ impl Quorum {
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut was_leader = false;
+        // Since when this node leads: a learner it never heard from is silent since then.
+        let mut leading_since = std::time::Instant::now();
+        let mut last_expiry = None::<std::time::Instant>;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -763,6 +780,7 @@ impl Quorum {
             if leader {
                 let mut controller = self.inner.controller.lock().await;
                 if !was_leader {
+                    leading_since = std::time::Instant::now();
                     tracing::info!(node = self.node_id(), "became the active controller");
                     *controller =
                         Controller::new(self.inner.cfg.session_timeout_ms, self.inner.cfg.unclean_leader_election);
@@ -789,12 +807,46 @@ impl Quorum {
                 }
             }
             was_leader = leader;
+            // Silent learners leave, at most one attempt every ten seconds (a membership
+            // change in flight, such as an AddRaftVoter, refuses another meanwhile).
+            if leader && last_expiry.is_none_or(|t: std::time::Instant| t.elapsed() >= Duration::from_secs(10)) {
+                let silent = self.silent_learners(leading_since);
+                if !silent.is_empty() {
+                    last_expiry = Some(std::time::Instant::now());
+                    tracing::warn!(nodes = ?silent, timeout = ?self.inner.cfg.observer_session_timeout,
+                        "learners that stopped answering leave the quorum's membership");
+                    let change = raft.change_membership(openraft::ChangeMembers::RemoveNodes(silent), false);
+                    let r = tokio::select! {
+                        _ = stop.cancelled() => break,
+                        r = change => r,
+                    };
+                    if let Err(e) = r {
+                        tracing::info!(error = %e, "could not remove silent learners yet");
+                    }
+                }
+            }
             if self.inner.published.bytes_since_snapshot.load(Ordering::Relaxed) >= self.inner.cfg.snapshot_bytes {
                 self.inner.published.bytes_since_snapshot.store(0, Ordering::Relaxed);
                 let _ = raft.trigger().snapshot().await;
             }
         }
         let _ = raft.shutdown().await;
+    }
+
+    /// Learners (not voters) of the membership that have not answered this leader's RPCs for
+    /// the observer session timeout, counted from `leading_since` at the latest.
+    fn silent_learners(&self, leading_since: std::time::Instant) -> std::collections::BTreeSet<u64> {
+        let Some(raft) = &self.inner.raft else { return Default::default() };
+        let m = raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let timeout = self.inner.cfg.observer_session_timeout;
+        membership
+            .learner_ids()
+            .filter(|id| {
+                let heard = self.inner.contacts.last(*id).map_or(leading_since, |t| t.max(leading_since));
+                heard.elapsed() >= timeout
+            })
+            .collect()
     }
 
     /// Broker-only nodes: follow the committed image by long-polling controllers.
@@ -924,6 +976,7 @@ async fn start_raft(
     cfg: &QuorumConfig,
     published: Arc<Published>,
     redirects: Redirects,
+    contacts: Contacts,
 ) -> Result<(Raft, bool), QuorumError> {
     let path = cfg.dir.join("__cluster_metadata-raft");
     std::fs::create_dir_all(&path)
@@ -956,7 +1009,7 @@ async fn start_raft(
     };
     let config = Arc::new(config.validate().map_err(|e| QuorumError::Raft(e.to_string()))?);
     let id = cfg.node_id as u64;
-    let network = NetworkFactory { local_ip: cfg.local_ip, tls: cfg.tls.clone(), redirects };
+    let network = NetworkFactory { local_ip: cfg.local_ip, tls: cfg.tls.clone(), redirects, contacts };
     let raft = Raft::new(id, config, network, log, sm).await.map_err(|e| QuorumError::Raft(e.to_string()))?;
     let initialized = raft.is_initialized().await.map_err(|e| QuorumError::Raft(e.to_string()))?;
     // Static voters, or the initial voters `oxbow-broker format` wrote for a dynamic quorum.
@@ -1064,6 +1117,16 @@ mod tests {
         tasks: &mut JoinSet<()>,
         stop: &CancellationToken,
     ) -> anyhow::Result<Vec<Quorum>> {
+        Ok(three_with(dir, tasks, stop, OBSERVER_SESSION_TIMEOUT).await?.into_iter().map(|(q, _)| q).collect())
+    }
+
+    /// [`three`], with an observer session timeout, and a token that stops each node alone.
+    async fn three_with(
+        dir: &std::path::Path,
+        tasks: &mut JoinSet<()>,
+        stop: &CancellationToken,
+        observer_session_timeout: Duration,
+    ) -> anyhow::Result<Vec<(Quorum, CancellationToken)>> {
         let mut listeners = BTreeMap::new();
         for id in 1..=3 {
             let l = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -1087,8 +1150,10 @@ mod tests {
                 snapshot_bytes: 1 << 30,
                 election_timeout_ms: 1_000,
                 tls: None,
+                observer_session_timeout,
             };
-            nodes.push(Quorum::start(cfg, tasks, stop.clone()).await?);
+            let own = stop.child_token();
+            nodes.push((Quorum::start(cfg, tasks, own.clone()).await?, own));
         }
         Ok(nodes)
     }
@@ -1165,6 +1230,48 @@ mod tests {
         assert_eq!(send(delete, true).await?, Reply::Done);
         let image = leader_node.image();
         assert!(image.topic("t").is_none() && image.topic_by_id(*id).is_none());
+
+        stop.cancel();
+        while tasks.join_next().await.is_some() {}
+        Ok(())
+    }
+
+    /// A voter removed with RemoveRaftVoter stays a learner (an observer) while it answers,
+    /// and leaves the membership once it has been silent for the observer session timeout:
+    /// a controller removed and then shut down for good is not replicated to forever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_removed_voter_that_stops_answering_leaves_the_membership() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let mut tasks = JoinSet::new();
+        let stop = CancellationToken::new();
+        let timeout = Duration::from_secs(2);
+        let nodes = three_with(dir.path(), &mut tasks, &stop, timeout).await?;
+        let quorums: Vec<Quorum> = nodes.iter().map(|(q, _)| q.clone()).collect();
+        let leader = leader_of(&quorums).await?;
+        let leader_node = quorums.iter().find(|n| n.node_id() == leader).ok_or_else(|| anyhow::anyhow!("no leader"))?;
+        let (removed, removed_stop) =
+            nodes.iter().find(|(n, _)| n.node_id() != leader).ok_or_else(|| anyhow::anyhow!("no follower"))?;
+        let id = removed.node_id();
+        let reply = leader_node.admin(QuorumAdmin::RemoveVoter { node_id: id }, Duration::from_secs(10)).await?;
+        anyhow::ensure!(matches!(reply, Ok(AdminReply::Done)), "{reply:?}");
+        let learners = |q: &Quorum| -> Vec<NodeId> {
+            q.state().map(|s| s.learners.iter().map(|l| l.node_id).collect()).unwrap_or_default()
+        };
+        assert_eq!(learners(leader_node), vec![id]);
+        // Running and answering, it stays an observer past the timeout.
+        tokio::time::sleep(timeout * 3).await;
+        assert_eq!(learners(leader_node), vec![id], "a learner that answers is kept");
+
+        removed_stop.cancel();
+        let mut waited = 0;
+        while !learners(leader_node).is_empty() {
+            waited += 1;
+            anyhow::ensure!(waited < 600, "the silent learner {id} is still a member: {:?}", leader_node.state());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let state = leader_node.state().ok_or_else(|| anyhow::anyhow!("no state"))?;
+        assert_eq!(state.voters.len(), 2);
+        assert!(!state.endpoints.contains_key(&id), "{state:?}");
 
         stop.cancel();
         while tasks.join_next().await.is_some() {}

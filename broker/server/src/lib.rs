@@ -125,6 +125,7 @@ async fn quorum_config(c: &BrokerConfig) -> anyhow::Result<QuorumConfig> {
             .map(security::tls::controller_tls)
             .transpose()
             .map_err(|e| anyhow::anyhow!("{e}"))?,
+        observer_session_timeout: oxbow_meta::quorum::OBSERVER_SESSION_TIMEOUT,
     })
 }
 
