@@ -184,7 +184,8 @@ async fn create_failure(client: &Client, ns: &str, sts: &str) -> Option<String> 
 
 /// A Warning event for each broker pod whose problem is new since the last status.
 async fn warn_new_problems(ctx: &Context, cluster: &Cluster, observed: &[restart::PodState]) {
-    let before = cluster.status.as_ref().map(|s| s.brokers.as_slice()).unwrap_or_default();
+    let before: Vec<&crate::crd::BrokerStatus> =
+        cluster.status.iter().flat_map(|s| s.brokers.iter().chain(&s.controllers)).collect();
     for p in observed {
         let Some(problem) = &p.problem else { continue };
         let known = before.iter().any(|b| b.pod == p.name && b.reason.as_deref() == Some(problem.reason.as_str()));
@@ -213,6 +214,16 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     // certificate names them, the brokers advertise them.
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let pods = pods_api.list(&ListParams::default().labels(&desired::selector_string(&name))).await?.items;
+    // Dedicated controllers: their StatefulSet and pods.
+    let dedicated = cluster.spec.dedicated_controllers();
+    let (existing_controllers, controller_pods) = match dedicated {
+        true => (
+            sts_api.get_opt(&names.controller_set).await?,
+            pods_api.list(&ListParams::default().labels(&desired::controller_selector_string(&name))).await?.items,
+        ),
+        false => (None, Vec::new()),
+    };
+    let current_controllers = existing_controllers.as_ref().and_then(|s| s.spec.as_ref()).and_then(|s| s.replicas);
     let node_ips = pods.iter().filter_map(|p| p.status.as_ref()?.host_ip.clone()).collect();
     let service_brokers = cluster.spec.replicas.max(current.unwrap_or(0));
     let mut external_services = Vec::new();
@@ -223,8 +234,11 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     // A secured Cluster's certificates first: brokers cannot start without them.
     let (mut ca_keys, mut certificates_waiting) = (None, None);
     if cluster.spec.secured() {
-        let brokers = current.unwrap_or(cluster.spec.replicas);
-        let outcome = tls::reconcile(client, &cluster, &ctx.settings, &addresses.hosts, &pods, brokers).await?;
+        // Every broker and dedicated controller restarts onto a new CA key.
+        let nodes = current.unwrap_or(cluster.spec.replicas)
+            + current_controllers.unwrap_or(if dedicated { cluster.spec.controller_count() } else { 0 });
+        let all_pods: Vec<Pod> = pods.iter().chain(&controller_pods).cloned().collect();
+        let outcome = tls::reconcile(client, &cluster, &ctx.settings, &addresses.hosts, &all_pods, nodes).await?;
         for (reason, note) in outcome.events {
             tracing::info!(cluster = %name, reason, note, "certificates");
             ctx.event(cluster.as_ref(), reason, "Certificates", note).await;
@@ -249,7 +263,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     // voters.
     let cm_api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let started = cm_api.get_opt(&names.config_map).await?.as_ref().map(desired::Started::of);
-    let Desired { mut config_map, headless, bootstrap, mut stateful_set, pdb } =
+    let Desired { mut config_map, headless, bootstrap, mut stateful_set, pdb, controllers: mut controller_objects } =
         desired::desired(&cluster, &ctx.settings, started.as_ref());
     if external::listeners(&cluster).next().is_some()
         && let Some(data) = config_map.data.as_mut()
@@ -273,9 +287,22 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     }
     // The CA keys the brokers run with: a key replacement's steps restart them (the quorum
     // reads its certificates at startup); renewals keep the keys.
-    if let (Some(keys), Some(spec)) = (ca_keys, stateful_set.spec.as_mut()) {
-        let meta = spec.template.metadata.get_or_insert_with(Default::default);
-        meta.annotations.get_or_insert_with(Default::default).insert(tls::CA_KEYS_ANNOTATION.into(), keys);
+    if let Some(keys) = ca_keys {
+        let controller_set = controller_objects.as_mut().map(|c| &mut c.stateful_set);
+        for spec in [Some(&mut stateful_set), controller_set].into_iter().flatten().filter_map(|s| s.spec.as_mut()) {
+            let meta = spec.template.metadata.get_or_insert_with(Default::default);
+            meta.annotations.get_or_insert_with(Default::default).insert(tls::CA_KEYS_ANNOTATION.into(), keys.clone());
+        }
+    }
+    // Dedicated controllers: a new one's pod starts before it becomes a voter; a departing
+    // one's pod stays until it is no longer a voter (removals go from the highest id).
+    if let Some(spec) = controller_objects.as_mut().and_then(|c| c.stateful_set.spec.as_mut()) {
+        let want = cluster.spec.controller_count();
+        let keep = match &quorum {
+            Some(q) => q.voters.iter().map(|(id, _)| id - crate::crd::FIRST_CONTROLLER_ID + 1).max().unwrap_or(0),
+            None => current_controllers.unwrap_or(want),
+        };
+        spec.replicas = Some(want.max(keep));
     }
     // A new broker starts once its external addresses are known.
     if let Some(spec) = stateful_set.spec.as_mut() {
@@ -292,6 +319,15 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     apply::<Service>(client, &ns, &bootstrap).await?;
     let sts = apply::<StatefulSet>(client, &ns, &stateful_set).await?;
     apply::<PodDisruptionBudget>(client, &ns, &pdb).await?;
+    let mut controller_sts = None;
+    if let Some(mut c) = controller_objects {
+        if let Some(existing) = &existing_controllers {
+            storage::keep_template_size(&mut c.stateful_set, existing);
+        }
+        apply::<Service>(client, &ns, &c.headless).await?;
+        controller_sts = Some(apply::<StatefulSet>(client, &ns, &c.stateful_set).await?);
+        apply::<PodDisruptionBudget>(client, &ns, &c.pdb).await?;
+    }
 
     external::delete_departed(client, &cluster, &ns, service_brokers).await?;
     if !cluster.spec.storage.ephemeral {
@@ -321,7 +357,17 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
         true => create_failure(client, &ns, &names.stateful_set).await,
         false => None,
     };
-    let observed = status::observe(&cluster, &sts, &pods, quorum.as_ref(), create_failed.as_deref());
+    let mut observed = status::observe(&cluster, &sts, &pods, quorum.as_ref(), create_failed.as_deref());
+    if let Some(csts) = &controller_sts {
+        let first = crate::crd::FIRST_CONTROLLER_ID;
+        let missing = (first..first + csts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0))
+            .any(|i| !controller_pods.iter().any(|p| p.name_any() == format!("{}-{i}", names.controller_set)));
+        let create_failed = match missing {
+            true => create_failure(client, &ns, &names.controller_set).await,
+            false => None,
+        };
+        observed.extend(status::observe(&cluster, csts, &controller_pods, quorum.as_ref(), create_failed.as_deref()));
+    }
     warn_new_problems(&ctx, &cluster, &observed).await;
     let controllers = cluster.spec.controller_count();
     // The replicated partitions, asked only while a restart is pending.
@@ -341,14 +387,14 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
         reason.push_str(&offline);
     }
     if let Decision::Restart { pod, reason } = &decision {
-        tracing::info!(cluster = %name, pod, reason, "restarting broker pod");
+        tracing::info!(cluster = %name, pod, reason, "restarting pod");
         pods_api.delete(pod, &DeleteParams::default()).await?;
         ctx.event(cluster.as_ref(), "RestartingBroker", "Restart", format!("deleting {pod}: {reason}")).await;
     }
 
     // The quorum's voters change one at a time, once no restart is pending.
     let voter_plan = match decision {
-        Decision::Done => voters::plan(cluster.spec.controller_count(), quorum.as_ref(), &observed),
+        Decision::Done => voters::plan(desired::controller_ids(&cluster), quorum.as_ref(), &observed),
         _ => voters::VoterPlan::Settled,
     };
     if voter_plan != voters::VoterPlan::Settled {
@@ -358,7 +404,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
     let cluster_id = desired::cluster_id(&cluster);
     let change = match (&voter_plan, admin.as_mut()) {
         (voters::VoterPlan::Add(id), Some(a)) => {
-            let host = desired::broker_host(&cluster, &ctx.settings, *id);
+            let host = desired::voter_host(&cluster, &ctx.settings, *id);
             let r = a.add_raft_voter(&cluster_id, *id, &host, desired::CONTROLLER_PORT as u16).await;
             Some((*id, "VoterAdded", "added to", r))
         }
@@ -371,7 +417,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
         tracing::info!(cluster = %name, plan = %voter_plan, ok = result.is_ok(), "changed the metadata quorum");
         match result {
             Ok(()) => {
-                let note = format!("broker {id} {verb} the metadata quorum's voters");
+                let note = format!("node {id} {verb} the metadata quorum's voters");
                 ctx.event(cluster.as_ref(), reason, "ChangeQuorum", note).await;
             }
             Err(e) => {

@@ -69,15 +69,20 @@ pub const RESERVED_CONFIG_KEYS: &[&str] = &[
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = kube::core::Rule::new("!has(self.controllers) || self.replicas >= self.controllers.replicas")
-    .message("replicas must be at least controllers.replicas: every controller is also a broker"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.controllers) || (has(self.controllers.mode) && self.controllers.mode == 'dedicated') || self.replicas >= self.controllers.replicas")
+    .message("replicas must be at least controllers.replicas: in combined mode every controller is also a broker"))]
+#[x_kube(validation = kube::core::Rule::new("(has(self.controllers) && has(self.controllers.mode) && self.controllers.mode == 'dedicated') == (has(oldSelf.controllers) && has(oldSelf.controllers.mode) && oldSelf.controllers.mode == 'dedicated')")
+    .message("controllers.mode can only be set when the Cluster is created: the metadata quorum cannot move between brokers and controller pods"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.controllers) || !has(self.controllers.mode) || self.controllers.mode != 'dedicated' || self.replicas <= 1000")
+    .message("with dedicated controllers replicas is at most 1000: broker ids are 0 to 999, controller ids start at 1000"))]
 #[x_kube(validation = kube::core::Rule::new("(has(self.listeners) && size(self.listeners) > 0) == (has(oldSelf.listeners) && size(oldSelf.listeners) > 0)")
     .message("listeners can only be set when the Cluster is created: the metadata quorum cannot move to TLS in a rolling restart"))]
 #[x_kube(validation = kube::core::Rule::new("!has(self.authorization) || (has(self.listeners) && size(self.listeners) > 0)")
     .message("authorization needs listeners (the operator manages ACLs as a TLS super user)"))]
 pub struct ClusterSpec {
-    /// Number of broker pods (node ids 0..replicas-1). The first `controllers.replicas` of them
-    /// are also the metadata quorum's voters; the others follow it. Scaling up spreads existing
+    /// Number of broker pods (node ids 0..replicas-1). In `combined` controller mode the first
+    /// `controllers.replicas` of them are also the metadata quorum's voters; the others follow
+    /// it. Scaling up spreads existing
     /// partitions onto the new brokers (`rebalance`); scaling down first moves every replica off
     /// the departing brokers (the highest ids), then removes them and unregisters them; a
     /// scale-down that cannot keep every partition's replication factor and
@@ -85,7 +90,8 @@ pub struct ClusterSpec {
     #[schemars(range(min = 1))]
     pub replicas: i32,
 
-    /// The metadata quorum: how many brokers are also controllers (Raft voters).
+    /// The metadata quorum: its voters (controllers), on brokers (`combined`) or on pods of
+    /// their own (`dedicated`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controllers: Option<ControllersSpec>,
 
@@ -244,18 +250,34 @@ pub struct TelemetrySpec {
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("!has(self.resources) && !has(self.storage) || (has(self.mode) && self.mode == 'dedicated')")
+    .message("controllers.resources and controllers.storage are for dedicated controllers (in combined mode the brokers' own apply)"))]
+#[x_kube(validation = kube::core::Rule::new("has(self.storage) == has(oldSelf.storage) && (!has(self.storage) || self.storage == oldSelf.storage)")
+    .message("controllers.storage can only be set when the Cluster is created (controller volumes do not grow yet)"))]
 pub struct ControllersSpec {
-    /// `combined` (the only mode for now): brokers 0 to `replicas`-1 are also the controllers.
+    /// `combined` (the default): brokers 0 to `replicas`-1 are also the controllers.
+    /// `dedicated`: the controllers are pods of their own (StatefulSet `<name>-controller`, node
+    /// ids 1000 up, `process.roles=controller`, no client listener), so brokers restart and
+    /// scale without touching the quorum. Only set when the Cluster is created.
     #[serde(default)]
     pub mode: ControllerMode,
     /// Voters of the metadata quorum: 1, 3 or 5 (a majority must be up to change metadata).
     /// Changing it on a running cluster adds or removes voters one at a time (KIP-853
     /// AddRaftVoter/RemoveRaftVoter, the active controller removed last) without restarting any
-    /// broker; it waits while a broker is not ready or a roll is in progress.
+    /// broker or controller; it waits while a pod is not ready or a roll is in progress. With
+    /// dedicated controllers, a new controller pod starts first and becomes a voter once
+    /// ready; a departing one stops being a voter, then its pod goes.
     #[serde(default = "one")]
     #[x_kube(validation = kube::core::Rule::new("self == 1 || self == 3 || self == 5")
         .message("controllers.replicas must be 1, 3 or 5"))]
     pub replicas: i32,
+    /// CPU and memory of each dedicated controller's container. Unset: none requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Where each dedicated controller keeps the metadata log. Unset: as `spec.storage`, with
+    /// a 1Gi claim (the metadata log is small).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageSpec>,
 }
 
 impl ClusterSpec {
@@ -268,13 +290,32 @@ impl ClusterSpec {
     pub fn controller_count(&self) -> i32 {
         self.controllers.as_ref().map_or(1, |c| c.replicas)
     }
+
+    /// Whether the controllers run in pods of their own.
+    pub fn dedicated_controllers(&self) -> bool {
+        self.controllers.as_ref().is_some_and(|c| c.mode == ControllerMode::Dedicated)
+    }
+
+    /// The dedicated controllers' storage: `controllers.storage`, else `storage` with 1Gi.
+    pub fn controller_storage(&self) -> StorageSpec {
+        self.controllers
+            .as_ref()
+            .and_then(|c| c.storage.clone())
+            .unwrap_or_else(|| StorageSpec { size: "1Gi".into(), ..self.storage.clone() })
+    }
 }
+
+/// Node id of the first dedicated controller; the others follow it.
+pub const FIRST_CONTROLLER_ID: i32 = 1000;
 
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum ControllerMode {
+    /// Brokers 0 to `controllers.replicas`-1 are also the controllers.
     #[default]
     Combined,
+    /// Controllers run in pods of their own.
+    Dedicated,
 }
 
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -451,6 +492,9 @@ pub struct ClusterStatus {
     /// One entry per broker.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub brokers: Vec<BrokerStatus>,
+    /// One entry per dedicated controller (`id` is its node id).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub controllers: Vec<BrokerStatus>,
     /// The metadata quorum (once it exists).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quorum: Option<QuorumStatus>,

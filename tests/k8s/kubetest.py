@@ -41,7 +41,8 @@ class Suite:
         """Maps each broker's cluster DNS name to its pod IP in a hosts file for the JVMs on the
         host (written whole and renamed: a JVM resolving meanwhile never reads half a file);
         returns the pod IPs."""
-        pods = self.kjson("get", "pods", "-n", ns, "-l", f"app.kubernetes.io/instance={cluster}")["items"]
+        pods = self.kjson("get", "pods", "-n", ns, "-l",
+                          f"app.kubernetes.io/instance={cluster},app.kubernetes.io/component=broker")["items"]
         lines = [f"{p['status']['podIP']} {p['metadata']['name']}.{cluster}-brokers.{ns}.svc.cluster.local\n"
                  for p in pods if p["status"].get("podIP")]
         with open(path + ".new", "w") as f:

@@ -1,16 +1,20 @@
 """The production-defaults part of the operator end to end (run by operator_e2e.py, or alone
 against a test cluster where the chart is installed: `python3 tests/k8s/restricted_e2e.py`):
 
-  - a namespace that enforces PodSecurity `restricted`; a Cluster `strict` of 3 brokers created
-    with no config, on claims of the test cluster's `local` volumes (which, unlike hostPath,
-    honour fsGroup, as CSI drivers do): the operator's broker pods are admitted, run as uid 65532
-    with a read-only root filesystem, write their volumes, become Ready and serve kcat (itself
-    run as a restricted pod);
+  - a namespace that enforces PodSecurity `restricted`; a Cluster `strict` of 3 brokers and 3
+    dedicated controllers (`controllers.mode: dedicated`) created with no config, on claims of
+    the test cluster's `local` volumes (which, unlike hostPath, honour fsGroup, as CSI drivers
+    do): the operator's broker and controller pods are admitted, run as uid 65532 with a
+    read-only root filesystem, write their volumes, become Ready and serve kcat (itself run as a
+    restricted pod); the quorum's voters are the controllers (node ids 1000-1002), the brokers
+    run `process.roles=broker`;
+  - the controller count changes 3 -> 5 -> 3 (KIP-853 AddRaftVoter/RemoveRaftVoter, controller
+    pods started before and removed after): no pod restarts, the records stay readable;
   - the Cluster's defaults come from its size: replication factor 3 and min.insync.replicas 2
     in server.properties, for an auto-created topic, for `__consumer_offsets` and for a Topic
     that names no replication factor (status.replicationFactor);
-  - a rolling restart (a logLevel change) under Kafka's Java producer (idempotent, acks=all):
-    every acknowledged record is read back, and a metadata poll throughout sees no partition
+  - a rolling restart (a logLevel change: controllers first, then brokers) under Kafka's Java
+    producer (idempotent, acks=all): every acknowledged record is read back, and a metadata poll throughout sees no partition
     without a leader or below min.insync.replicas (printed);
   - an impossible change (an image that cannot be pulled) shows `Ready=False` with the pod's
     cause (ErrImagePull or ImagePullBackOff, Kubernetes' message) and a Warning event; putting the
@@ -45,8 +49,9 @@ CONTAINER_RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"dro
                         "readOnlyRootFilesystem": True}
 
 
-def cluster_yaml(spec_extra=None):
-    spec = {"replicas": BROKERS, "controllers": {"replicas": 3}, "storage": {"size": "1Gi"}}
+def cluster_yaml(spec_extra=None, controllers=3):
+    spec = {"replicas": BROKERS, "controllers": {"mode": "dedicated", "replicas": controllers},
+            "storage": {"size": "1Gi"}}
     spec.update(spec_extra or {})
     return json.dumps({"apiVersion": "oxbow.io/v1alpha1", "kind": "Cluster",
                        "metadata": {"name": NAME, "namespace": NS}, "spec": spec})
@@ -99,7 +104,8 @@ def run_restricted(T):
     def refresh_hosts():
         return T.broker_hosts(NS, NAME, hosts)
 
-    step(f"namespace {NS} enforces PodSecurity restricted; a {BROKERS}-broker Cluster with no config")
+    step(f"namespace {NS} enforces PodSecurity restricted; a Cluster of {BROKERS} brokers and 3 dedicated "
+         "controllers with no config")
     if kubectl("get", "namespace", NS, check=False).strip():
         kubectl("delete", "namespace", NS, "--timeout=180s")
     kubectl("create", "namespace", NS)
@@ -109,17 +115,31 @@ def run_restricted(T):
     started = time.monotonic()
     c = wait(f"Cluster {NAME} Ready in the restricted namespace", ready(), 420)
     step(f"Ready after {time.monotonic() - started:.0f} s: {condition(c, 'Ready')['message']}")
-    for i in range(BROKERS):
-        pvc = kjson("get", "pvc", "-n", NS, f"data-{NAME}-broker-{i}")
+    controller_pods = [f"{NAME}-controller-{i}" for i in (1000, 1001, 1002)]
+    for claim in [f"data-{NAME}-broker-{i}" for i in range(BROKERS)] + [f"data-{p}" for p in controller_pods]:
+        pvc = kjson("get", "pvc", "-n", NS, claim)
         pv = kjson("get", "pv", pvc["spec"]["volumeName"])
         if pvc["status"]["phase"] != "Bound" or "local" not in pv["spec"]:
-            fail(f"claim {i}: {pvc['status']}, volume {pv['spec']}")
-    pod = kjson("get", "pod", "-n", NS, f"{NAME}-broker-0")
-    sc, csc = pod["spec"].get("securityContext", {}), pod["spec"]["containers"][0].get("securityContext", {})
-    if (sc.get("runAsUser"), sc.get("fsGroup"), sc.get("runAsNonRoot"), csc.get("readOnlyRootFilesystem")) != (
-            65532, 65532, True, True):
-        fail(f"broker pod securityContext {sc}, container {csc}")
-    step(f"broker pods run as uid {sc['runAsUser']}, fsGroup {sc['fsGroup']}, read-only root, on local volumes")
+            fail(f"claim {claim}: {pvc['status']}, volume {pv['spec']}")
+    for name in (f"{NAME}-broker-0", controller_pods[0]):
+        pod = kjson("get", "pod", "-n", NS, name)
+        sc, csc = pod["spec"].get("securityContext", {}), pod["spec"]["containers"][0].get("securityContext", {})
+        if (sc.get("runAsUser"), sc.get("fsGroup"), sc.get("runAsNonRoot"), csc.get("readOnlyRootFilesystem")) != (
+                65532, 65532, True, True):
+            fail(f"pod {name} securityContext {sc}, container {csc}")
+    step(f"broker and controller pods run as uid {sc['runAsUser']}, fsGroup {sc['fsGroup']}, read-only root, "
+         "on local volumes")
+    st = c["status"]
+    if (st.get("quorum") or {}).get("voters") != [1000, 1001, 1002] or [x["pod"] for x in st.get("controllers", [])] \
+            != controller_pods or len(st.get("brokers", [])) != BROKERS or st.get("replicas") != BROKERS:
+        fail(f"status with dedicated controllers: quorum {st.get('quorum')}, controllers {st.get('controllers')}, "
+             f"brokers {st.get('brokers')}, replicas {st.get('replicas')}")
+    data = kjson("get", "configmap", "-n", NS, f"{NAME}-config")["data"]
+    if "process.roles=broker\n" not in data["server.properties"] or \
+            "process.roles=controller\n" not in data.get("controller.properties", ""):
+        fail(f"process.roles: brokers {data['server.properties']}, controllers {data.get('controller.properties')}")
+    step(f"voters {st['quorum']['voters']} (leader {st['quorum'].get('leader')}) are the controller pods; "
+         f"brokers run process.roles=broker; Ready: {condition(c, 'Ready')['message']}")
 
     step("the defaults come from the size: RF 3, min.insync.replicas 2")
     props = kjson("get", "configmap", "-n", NS, f"{NAME}-config")["data"]["server.properties"]
@@ -149,7 +169,35 @@ def run_restricted(T):
         fail(f"Topic plain with no replicationFactor: status {t['status']}")
     step(f"auto-created topic, __consumer_offsets and a Topic without replicationFactor: RF 3 ({rfs['auto']})")
 
-    step("a rolling restart (logLevel) under an idempotent acks=all Java producer")
+    def voters():
+        return ((cluster().get("status") or {}).get("quorum") or {}).get("voters")
+
+    def controller_names():
+        return sorted(p["metadata"]["name"] for p in kjson(
+            "get", "pods", "-n", NS, "-l", f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=controller"
+        )["items"])
+
+    for count, ids in ((5, [1000, 1001, 1002, 1003, 1004]), (3, [1000, 1001, 1002])):
+        step(f"the controller count changes to {count}: voters {ids}, no pod restarts")
+        before = pod_uids()
+        started = time.monotonic()
+        kubectl("apply", "-f", "-", input=cluster_yaml(controllers=count))
+        T.wait_equal(f"the quorum's voters {ids}", voters, ids, 300)
+        T.wait_equal(f"{count} controller pods", controller_names, [f"{NAME}-controller-{i}" for i in ids], 180)
+        c = wait(f"Cluster {NAME} Ready with {count} controllers", ready(), 180)
+        now = pod_uids()
+        restarted = [n for n, u in before.items() if n in now and now[n] != u]
+        if restarted:
+            fail(f"changing the controller count restarted {restarted}")
+        events = sorted(e.get("note") or e.get("message") or "" for e in kjson("get", "events", "-n", NS)["items"]
+                        if e.get("reason") in ("VoterAdded", "VoterRemoved"))
+        step(f"voters {voters()} after {time.monotonic() - started:.0f} s, no pod restarted; "
+             f"{condition(c, 'Ready')['message']}; events: {events}")
+    got = kcat("-C", "-t", "auto", "-o", "beginning", "-e", "-q")
+    if sorted(got.splitlines()) != sorted(records.splitlines()):
+        fail(f"after the controller count changes read {len(got.splitlines())} records of auto, want 100")
+
+    step("a rolling restart (logLevel: controllers, then brokers) under an idempotent acks=all Java producer")
     kubectl("apply", "-f", "-", input=json.dumps({
         "apiVersion": "oxbow.io/v1alpha1", "kind": "Topic", "metadata": {"name": "roll", "namespace": NS},
         "spec": {"cluster": NAME, "partitions": 6}}))
@@ -198,7 +246,13 @@ def run_restricted(T):
     time.sleep(10)
     before = pod_uids()
     kubectl("apply", "-f", "-", input=cluster_yaml({"template": {"logLevel": "info,oxbow_server=debug"}}))
-    wait("every broker restarted", lambda: all(pod_uids().get(n) not in (None, u) for n, u in before.items()), 600)
+    wait("every pod restarted", lambda: all(pod_uids().get(n) not in (None, u) for n, u in before.items()), 900)
+    created = sorted((p["metadata"]["creationTimestamp"], p["metadata"]["name"]) for p in kjson(
+        "get", "pods", "-n", NS, "-l", f"app.kubernetes.io/instance={NAME}")["items"])
+    order = [n for _, n in created]
+    if any("-controller-" in n for n in order[len(controller_pods):]):
+        fail(f"restart order {order}: the controllers restart before the brokers")
+    step(f"restart order: {', '.join(order)}")
     wait(f"Cluster {NAME} Ready after the roll", ready(), 300)
     time.sleep(10)
     open(stop_file, "w").close()
@@ -228,9 +282,9 @@ def run_restricted(T):
     pulled = ("ErrImagePull", "ImagePullBackOff")
     c = wait("Ready=False with an image pull reason", ready(False, pulled), 300)
     msg = condition(c, "Ready")["message"]
-    broken = [b for b in c["status"]["brokers"] if b.get("reason") in pulled]
+    broken = [b for b in c["status"]["brokers"] + c["status"].get("controllers", []) if b.get("reason") in pulled]
     if not broken or "no-such-image" not in msg or broken[0]["pod"] not in msg:
-        fail(f"Ready message {msg!r}, brokers {c['status']['brokers']}")
+        fail(f"Ready message {msg!r}, brokers {c['status']['brokers']}, controllers {c['status'].get('controllers')}")
     new = wait("a Warning event naming the pull failure", lambda: [
         e for e in warnings() if e.get("reason") in pulled and (e.get("reason"), e.get("note") or e.get("message"))
         not in seen], 60)

@@ -9,12 +9,15 @@
 //! - StatefulSet `<name>-broker`: `OnDelete` updates (the operator decides the restart order),
 //!   node.id from the pod index, a PVC template (or an emptyDir when storage is ephemeral).
 //! - PodDisruptionBudget `<name>-broker`: at most one broker voluntarily disrupted.
+//! - With dedicated controllers (`controllers.mode: dedicated`): StatefulSet `<name>-controller`
+//!   (ordinals, and so node ids, from 1000; `controller.properties` of the same ConfigMap),
+//!   its headless Service `<name>-controllers` and PodDisruptionBudget `<name>-controller`.
 //!
 //! All carry an owner reference to the Cluster, so deleting it deletes them.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetOrdinals, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
     ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, PodSpec,
@@ -29,7 +32,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
 use super::listeners;
-use crate::crd::{Cluster, ExtraVolume};
+use crate::crd::{Cluster, ExtraVolume, FIRST_CONTROLLER_ID, StorageSpec};
 
 /// Kafka port of every broker.
 pub const KAFKA_PORT: i32 = 9092;
@@ -65,6 +68,16 @@ pub struct Desired {
     pub bootstrap: Service,
     pub stateful_set: StatefulSet,
     pub pdb: PodDisruptionBudget,
+    /// The dedicated controllers' objects (`controllers.mode: dedicated`).
+    pub controllers: Option<ControllerObjects>,
+}
+
+/// A dedicated controllers' StatefulSet, headless Service and disruption budget.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ControllerObjects {
+    pub headless: Service,
+    pub stateful_set: StatefulSet,
+    pub pdb: PodDisruptionBudget,
 }
 
 /// Object names derived from the Cluster's name.
@@ -73,6 +86,9 @@ pub struct Names {
     pub headless: String,
     pub bootstrap: String,
     pub stateful_set: String,
+    /// The dedicated controllers' StatefulSet and headless Service.
+    pub controller_set: String,
+    pub controller_headless: String,
     /// The brokers' certificate, key and trust bundles (Secret), with `listeners`.
     pub broker_tls: String,
     /// The CAs the operator makes itself (Secrets), with `listeners`.
@@ -87,6 +103,8 @@ impl Names {
             headless: format!("{cluster}-brokers"),
             bootstrap: format!("{cluster}-bootstrap"),
             stateful_set: format!("{cluster}-broker"),
+            controller_set: format!("{cluster}-controller"),
+            controller_headless: format!("{cluster}-controllers"),
             broker_tls: format!("{cluster}-broker-tls"),
             cluster_ca: format!("{cluster}-cluster-ca"),
             clients_ca: format!("{cluster}-clients-ca"),
@@ -105,13 +123,32 @@ pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
 
 /// The selector as a label-selector string (for the scale subresource's status).
 pub fn selector_string(cluster: &str) -> String {
-    selector_labels(cluster).iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    label_string(&selector_labels(cluster))
+}
+
+/// Labels that select a Cluster's dedicated controller pods.
+pub fn controller_selector_labels(cluster: &str) -> BTreeMap<String, String> {
+    let mut l = selector_labels(cluster);
+    l.insert("app.kubernetes.io/component".into(), "controller".into());
+    l
+}
+
+/// [`controller_selector_labels`] as a label-selector string.
+pub fn controller_selector_string(cluster: &str) -> String {
+    label_string(&controller_selector_labels(cluster))
+}
+
+fn label_string(labels: &BTreeMap<String, String>) -> String {
+    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}
+
+fn managed(mut labels: BTreeMap<String, String>) -> BTreeMap<String, String> {
+    labels.insert("app.kubernetes.io/managed-by".into(), "oxbow-operator".into());
+    labels
 }
 
 fn common_labels(cluster: &str) -> BTreeMap<String, String> {
-    let mut l = selector_labels(cluster);
-    l.insert("app.kubernetes.io/managed-by".into(), "oxbow-operator".into());
-    l
+    managed(selector_labels(cluster))
 }
 
 /// The cluster id every broker is started with: the Cluster's uid, as Kafka writes ids
@@ -128,14 +165,37 @@ pub fn broker_host(cluster: &Cluster, settings: &Settings, id: i32) -> String {
     format!("{}-{id}.{}.{ns}.svc.{}", names.stateful_set, names.headless, settings.cluster_domain)
 }
 
-/// `controller.quorum.voters` for a new cluster: brokers 0..controllers-1 by their stable DNS
-/// names. These are the *initial* voters only: once the quorum exists its membership lives in
-/// the metadata log and changes through AddRaftVoter/RemoveRaftVoter, so the operator keeps the
-/// value it started the cluster with (see [`initial_voters`]) and never restarts brokers for a
-/// change of `controllers.replicas`.
+/// Dedicated controller `id`'s stable DNS name (its headless Service's record for its pod).
+pub fn controller_host(cluster: &Cluster, settings: &Settings, id: i32) -> String {
+    let names = Names::of(&cluster.name_any());
+    let ns = cluster.namespace().unwrap_or_default();
+    format!("{}-{id}.{}.{ns}.svc.{}", names.controller_set, names.controller_headless, settings.cluster_domain)
+}
+
+/// Where the quorum reaches voter `id`: a dedicated controller's or a broker's stable name.
+pub fn voter_host(cluster: &Cluster, settings: &Settings, id: i32) -> String {
+    if cluster.spec.dedicated_controllers() {
+        controller_host(cluster, settings, id)
+    } else {
+        broker_host(cluster, settings, id)
+    }
+}
+
+/// Node ids of the voters the spec asks for: brokers 0..n-1 (combined), or dedicated
+/// controllers 1000..1000+n-1.
+pub fn controller_ids(cluster: &Cluster) -> std::ops::Range<i32> {
+    let first = if cluster.spec.dedicated_controllers() { FIRST_CONTROLLER_ID } else { 0 };
+    first..first + cluster.spec.controller_count()
+}
+
+/// `controller.quorum.voters` for a new cluster: the voters ([`controller_ids`]) by their
+/// stable DNS names. These are the *initial* voters only: once the quorum exists its
+/// membership lives in the metadata log and changes through AddRaftVoter/RemoveRaftVoter, so
+/// the operator keeps the value it started the cluster with (see [`initial_voters`]) and never
+/// restarts a pod for a change of `controllers.replicas`.
 pub fn quorum_voters(cluster: &Cluster, settings: &Settings) -> String {
-    (0..cluster.spec.controller_count())
-        .map(|i| format!("{i}@{}:{CONTROLLER_PORT}", broker_host(cluster, settings, i)))
+    controller_ids(cluster)
+        .map(|i| format!("{i}@{}:{CONTROLLER_PORT}", voter_host(cluster, settings, i)))
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -202,14 +262,35 @@ impl Started {
     }
 }
 
+/// Which process a properties file is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Process {
+    /// A broker: `broker,controller` in combined mode, `broker` with dedicated controllers.
+    Broker,
+    /// A dedicated controller: `controller`, its CONTROLLER listener only.
+    Controller,
+}
+
 /// `server.properties` for every broker of the cluster: the operator's defaults (listeners, log
-/// dir, health listener, the replication defaults, the quorum: every broker runs
-/// `broker,controller`, the first `controllers.replicas` are the voters and the others follow
-/// the quorum as observers), then `spec.config` (reserved keys are refused by the schema).
+/// dir, health listener, the replication defaults, the quorum: in combined mode every broker
+/// runs `broker,controller`, the first `controllers.replicas` are the voters and the others
+/// follow the quorum as observers; with dedicated controllers brokers run `broker` and have no
+/// CONTROLLER listener), then `spec.config` (reserved keys are refused by the schema).
 /// Per-broker keys (node.id, advertised.listeners) are passed as `--override` arguments
 /// instead. `started`: what the running cluster keeps from its creation ([`Started::of`] its
 /// ConfigMap), `None` for a new cluster.
 pub fn server_properties(cluster: &Cluster, settings: &Settings, started: Option<&Started>) -> String {
+    properties(cluster, settings, started, Process::Broker)
+}
+
+/// `controller.properties` for every dedicated controller: as [`server_properties`] (the same
+/// quorum, security settings and `spec.config`), with `process.roles=controller` and the
+/// CONTROLLER listener only (Kafka's controllers serve no clients).
+pub fn controller_properties(cluster: &Cluster, settings: &Settings, started: Option<&Started>) -> String {
+    properties(cluster, settings, started, Process::Controller)
+}
+
+fn properties(cluster: &Cluster, settings: &Settings, started: Option<&Started>, process: Process) -> String {
     let new = Started::new(cluster, settings);
     let started = started.unwrap_or(&new);
     let voters = started.voters.clone().or_else(|| new.voters.clone()).unwrap_or_default();
@@ -217,11 +298,28 @@ pub fn server_properties(cluster: &Cluster, settings: &Settings, started: Option
     props.extend([
         ("log.dirs".into(), format!("{DATA_DIR}/data")),
         ("oxbow.http.listener".into(), format!("0.0.0.0:{HEALTH_PORT}")),
-        ("process.roles".into(), "broker,controller".into()),
         ("controller.quorum.voters".into(), voters),
         ("cluster.id".into(), cluster_id(cluster)),
     ]);
     props.extend(listeners::properties(cluster, &cluster.name_any()));
+    let dedicated = cluster.spec.dedicated_controllers();
+    let controller_listener = format!("CONTROLLER://0.0.0.0:{CONTROLLER_PORT}");
+    let roles = match (process, dedicated) {
+        (Process::Broker, false) => "broker,controller",
+        (Process::Broker, true) => {
+            // Brokers dial the controllers (controller.listener.names and its protocol stay)
+            // but listen for no controller traffic.
+            if let Some(l) = props.get_mut("listeners") {
+                *l = l.split(',').filter(|x| *x != controller_listener).collect::<Vec<_>>().join(",");
+            }
+            "broker"
+        }
+        (Process::Controller, _) => {
+            props.insert("listeners".into(), controller_listener);
+            "controller"
+        }
+    };
+    props.insert("process.roles".into(), roles.into());
     for (k, v) in &cluster.spec.config {
         props.insert(k.clone(), v.clone());
     }
@@ -307,21 +405,20 @@ pub fn desired(cluster: &Cluster, settings: &Settings, started: Option<&Started>
     let defaults = started.map_or_else(|| replication_defaults(cluster.spec.replicas), |s| s.defaults.clone());
     // Only keys that need a restart count: dynamic ones are applied to running brokers (and are
     // in the file for the next start).
-    let restart_relevant: String = properties
-        .lines()
-        .filter(|l| l.split_once('=').is_none_or(|(k, _)| !is_dynamic(k)))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let hash = config_hash(&restart_relevant);
+    let hash = config_hash(&restart_relevant_lines(&properties));
 
     let mut cm_meta = meta(cluster, &names.config_map);
     let defaults = defaults.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
     cm_meta.annotations = Some(BTreeMap::from([(REPLICATION_DEFAULTS_ANNOTATION.to_string(), defaults)]));
-    let config_map = ConfigMap {
-        metadata: cm_meta,
-        data: Some(BTreeMap::from([("server.properties".to_string(), properties)])),
-        ..Default::default()
-    };
+    let dedicated = cluster.spec.dedicated_controllers();
+    let mut files = BTreeMap::from([("server.properties".to_string(), properties)]);
+    let controller_hash = dedicated.then(|| {
+        let controller = controller_properties(cluster, settings, started);
+        let hash = config_hash(&restart_relevant_lines(&controller));
+        files.insert(CONTROLLER_PROPERTIES.to_string(), controller);
+        hash
+    });
+    let config_map = ConfigMap { metadata: cm_meta, data: Some(files), ..Default::default() };
 
     let port = |name: &str, port: i32| ServicePort {
         name: Some(name.into()),
@@ -336,7 +433,10 @@ pub fn desired(cluster: &Cluster, settings: &Settings, started: Option<&Started>
             cluster_ip: Some("None".into()),
             publish_not_ready_addresses: Some(true),
             selector: Some(selector_labels(&name)),
-            ports: Some([kafka_ports(), vec![port("controller", CONTROLLER_PORT)]].concat()),
+            ports: Some(match dedicated {
+                true => kafka_ports(),
+                false => [kafka_ports(), vec![port("controller", CONTROLLER_PORT)]].concat(),
+            }),
             ..Default::default()
         }),
         ..Default::default()
@@ -352,19 +452,110 @@ pub fn desired(cluster: &Cluster, settings: &Settings, started: Option<&Started>
         ..Default::default()
     };
 
-    let stateful_set = stateful_set(cluster, settings, &names, &ns, &hash);
+    let brokers = Role::broker(cluster, &names);
+    let stateful_set = pod_set(cluster, settings, &brokers, &ns, &hash);
+    let pdb = disruption_budget(cluster, &names.stateful_set, &brokers.selector);
 
-    let pdb = PodDisruptionBudget {
-        metadata: meta(cluster, &names.stateful_set),
+    let controllers = controller_hash.map(|hash| {
+        let role = Role::controller(cluster, &names);
+        let mut headless_meta = meta(cluster, &names.controller_headless);
+        headless_meta.labels = Some(managed(role.selector.clone()));
+        let headless = Service {
+            metadata: headless_meta,
+            spec: Some(ServiceSpec {
+                cluster_ip: Some("None".into()),
+                publish_not_ready_addresses: Some(true),
+                selector: Some(role.selector.clone()),
+                ports: Some(vec![port("controller", CONTROLLER_PORT)]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        ControllerObjects {
+            headless,
+            stateful_set: pod_set(cluster, settings, &role, &ns, &hash),
+            pdb: disruption_budget(cluster, &names.controller_set, &role.selector),
+        }
+    });
+
+    Desired { config_map, headless, bootstrap, stateful_set, pdb, controllers }
+}
+
+/// Key of the dedicated controllers' properties in the ConfigMap.
+pub const CONTROLLER_PROPERTIES: &str = "controller.properties";
+
+/// The lines of a properties file a restart is needed for: dynamic keys are applied to running
+/// brokers (and are in the file for the next start).
+fn restart_relevant_lines(properties: &str) -> String {
+    properties.lines().filter(|l| l.split_once('=').is_none_or(|(k, _)| !is_dynamic(k))).collect::<Vec<_>>().join("\n")
+}
+
+/// At most one pod of `selector` voluntarily disrupted.
+fn disruption_budget(cluster: &Cluster, name: &str, selector: &BTreeMap<String, String>) -> PodDisruptionBudget {
+    let mut metadata = meta(cluster, name);
+    metadata.labels = Some(managed(selector.clone()));
+    PodDisruptionBudget {
+        metadata,
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
-            selector: Some(LabelSelector { match_labels: Some(selector_labels(&name)), ..Default::default() }),
+            selector: Some(LabelSelector { match_labels: Some(selector.clone()), ..Default::default() }),
             ..Default::default()
         }),
         ..Default::default()
-    };
+    }
+}
 
-    Desired { config_map, headless, bootstrap, stateful_set, pdb }
+/// What differs between the brokers' StatefulSet and the dedicated controllers'.
+struct Role {
+    /// The StatefulSet's name (and its pods' prefix).
+    set: String,
+    /// The headless Service giving the pods their names.
+    headless: String,
+    selector: BTreeMap<String, String>,
+    /// Container name, and the ConfigMap key it runs with.
+    container: &'static str,
+    config_file: &'static str,
+    replicas: i32,
+    /// The first ordinal (node id), when not 0.
+    first_ordinal: Option<i32>,
+    /// Serves clients: Kafka ports, rack, external addresses.
+    broker: bool,
+    resources: Option<ResourceRequirements>,
+    storage: StorageSpec,
+}
+
+impl Role {
+    fn broker(cluster: &Cluster, names: &Names) -> Role {
+        let name = cluster.name_any();
+        Role {
+            set: names.stateful_set.clone(),
+            headless: names.headless.clone(),
+            selector: selector_labels(&name),
+            container: "broker",
+            config_file: "server.properties",
+            replicas: cluster.spec.replicas,
+            first_ordinal: None,
+            broker: true,
+            resources: cluster.spec.resources.clone(),
+            storage: cluster.spec.storage.clone(),
+        }
+    }
+
+    fn controller(cluster: &Cluster, names: &Names) -> Role {
+        let name = cluster.name_any();
+        Role {
+            set: names.controller_set.clone(),
+            headless: names.controller_headless.clone(),
+            selector: controller_selector_labels(&name),
+            container: "controller",
+            config_file: CONTROLLER_PROPERTIES,
+            replicas: cluster.spec.controller_count(),
+            first_ordinal: Some(FIRST_CONTROLLER_ID),
+            broker: false,
+            resources: cluster.spec.controllers.as_ref().and_then(|c| c.resources.clone()),
+            storage: cluster.spec.controller_storage(),
+        }
+    }
 }
 
 fn volume_mounts(cluster: &Cluster) -> Vec<VolumeMount> {
@@ -442,25 +633,29 @@ fn env_field(name: &str, path: &str) -> EnvVar {
     }
 }
 
-fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str, hash: &str) -> StatefulSet {
+fn pod_set(cluster: &Cluster, settings: &Settings, role: &Role, ns: &str, hash: &str) -> StatefulSet {
     let name = cluster.name_any();
+    let names = Names::of(&name);
     let spec = &cluster.spec;
     let overrides = spec.template.clone().unwrap_or_default();
 
     let mut pod_labels = overrides.labels.clone();
-    pod_labels.extend(common_labels(&name));
+    pod_labels.extend(managed(role.selector.clone()));
     let mut annotations = overrides.annotations.clone();
     annotations.insert(CONFIG_HASH_ANNOTATION.into(), hash.into());
 
-    let host = format!("$(POD_NAME).{}.{ns}.svc.{}", names.headless, settings.cluster_domain);
-    let advertised = format!("advertised.listeners={}", listeners::advertised(cluster, &host));
+    let host = format!("$(POD_NAME).{}.{ns}.svc.{}", role.headless, settings.cluster_domain);
+    let advertised = match role.broker {
+        true => listeners::advertised(cluster, &host),
+        false => format!("CONTROLLER://{host}:{CONTROLLER_PORT}"),
+    };
     let mut args = vec![
         "--config".to_string(),
-        "/etc/oxbow/server.properties".to_string(),
+        format!("/etc/oxbow/{}", role.config_file),
         "--override".to_string(),
         "node.id=$(NODE_ID)".to_string(),
         "--override".to_string(),
-        advertised,
+        format!("advertised.listeners={advertised}"),
     ];
     let var = |name: &str, value: String| EnvVar { name: name.into(), value: Some(value), ..Default::default() };
     let mut env = vec![
@@ -470,7 +665,7 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
     if let Some(level) = &overrides.log_level {
         env.push(var("RUST_LOG", level.clone()));
     }
-    if super::external::needs_host_ip(cluster) {
+    if role.broker && super::external::needs_host_ip(cluster) {
         env.push(env_field("HOST_IP", "status.hostIP"));
     }
     if let Some(t) = &spec.telemetry {
@@ -484,20 +679,20 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
         ));
     }
     // The rack is the pod's copy of its node's topology label (KEP-4742); empty without it.
+    // Dedicated controllers have no rack, but spread over the racks too.
     let mut spread: Vec<TopologySpreadConstraint> = spec
         .rack
         .as_ref()
         .map(|r| {
-            env.push(env_field("BROKER_RACK", &format!("metadata.labels['{}']", r.topology_key)));
-            args.extend(["--override".to_string(), "broker.rack=$(BROKER_RACK)".to_string()]);
+            if role.broker {
+                env.push(env_field("BROKER_RACK", &format!("metadata.labels['{}']", r.topology_key)));
+                args.extend(["--override".to_string(), "broker.rack=$(BROKER_RACK)".to_string()]);
+            }
             TopologySpreadConstraint {
                 max_skew: 1,
                 topology_key: r.topology_key.clone(),
                 when_unsatisfiable: "ScheduleAnyway".into(),
-                label_selector: Some(LabelSelector {
-                    match_labels: Some(selector_labels(&name)),
-                    ..Default::default()
-                }),
+                label_selector: Some(LabelSelector { match_labels: Some(role.selector.clone()), ..Default::default() }),
                 ..Default::default()
             }
         })
@@ -517,16 +712,23 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
         failure_threshold: Some(failure_threshold),
         ..Default::default()
     };
+    let ports = match role.broker {
+        true => listeners::kafka_ports(cluster),
+        false => Vec::new(),
+    };
+    let controller_port =
+        (!role.broker || !spec.dedicated_controllers()).then(|| ("controller".to_string(), CONTROLLER_PORT));
     let container = Container {
-        name: "broker".into(),
+        name: role.container.into(),
         image: Some(spec.image.clone().unwrap_or_else(|| settings.broker_image.clone())),
         image_pull_policy: spec.image_pull_policy.map(|p| p.as_str().to_string()),
         args: Some(args),
         env: Some(env),
         ports: Some(
-            listeners::kafka_ports(cluster)
+            ports
                 .into_iter()
-                .chain([("controller".to_string(), CONTROLLER_PORT), ("health".to_string(), HEALTH_PORT)])
+                .chain(controller_port)
+                .chain([("health".to_string(), HEALTH_PORT)])
                 .map(|(n, p)| ContainerPort { name: Some(n), container_port: p, ..Default::default() })
                 .collect(),
         ),
@@ -539,7 +741,7 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
             failure_threshold: Some(900),
             ..Default::default()
         }),
-        resources: spec.resources.clone().or_else(|| Some(ResourceRequirements::default())),
+        resources: role.resources.clone().or_else(|| Some(ResourceRequirements::default())),
         volume_mounts: Some(volume_mounts(cluster)),
         security_context: Some(overrides.container_security_context.clone().unwrap_or_else(container_security_context)),
         ..Default::default()
@@ -564,20 +766,20 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
         });
     }
     let mut claims = None;
-    if spec.storage.ephemeral {
+    if role.storage.ephemeral {
         volumes.push(Volume { name: "data".into(), empty_dir: Some(Default::default()), ..Default::default() });
     } else {
         claims = Some(vec![PersistentVolumeClaim {
             metadata: ObjectMeta {
                 name: Some("data".into()),
-                labels: Some(selector_labels(&name)),
+                labels: Some(role.selector.clone()),
                 ..Default::default()
             },
             spec: Some(PersistentVolumeClaimSpec {
                 access_modes: Some(vec!["ReadWriteOnce".into()]),
-                storage_class_name: spec.storage.storage_class.clone(),
+                storage_class_name: role.storage.storage_class.clone(),
                 resources: Some(VolumeResourceRequirements {
-                    requests: Some(BTreeMap::from([("storage".to_string(), Quantity(spec.storage.size.clone()))])),
+                    requests: Some(BTreeMap::from([("storage".to_string(), Quantity(role.storage.size.clone()))])),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -586,12 +788,15 @@ fn stateful_set(cluster: &Cluster, settings: &Settings, names: &Names, ns: &str,
         }]);
     }
 
+    let mut metadata = meta(cluster, &role.set);
+    metadata.labels = Some(managed(role.selector.clone()));
     StatefulSet {
-        metadata: meta(cluster, &names.stateful_set),
+        metadata,
         spec: Some(StatefulSetSpec {
-            replicas: Some(spec.replicas),
-            service_name: Some(names.headless.clone()),
-            selector: LabelSelector { match_labels: Some(selector_labels(&name)), ..Default::default() },
+            replicas: Some(role.replicas),
+            ordinals: role.first_ordinal.map(|start| StatefulSetOrdinals { start: Some(start) }),
+            service_name: Some(role.headless.clone()),
+            selector: LabelSelector { match_labels: Some(role.selector.clone()), ..Default::default() },
             // The operator restarts pods itself, one at a time, in a safe order.
             update_strategy: Some(StatefulSetUpdateStrategy { type_: Some("OnDelete".into()), ..Default::default() }),
             pod_management_policy: Some("Parallel".into()),

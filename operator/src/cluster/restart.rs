@@ -141,8 +141,11 @@ pub fn scale_to(
 /// One broker pod, as observed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodState {
+    /// The node id (the pod's ordinal; dedicated controllers' start at 1000).
     pub ordinal: i32,
     pub name: String,
+    /// A broker pod (combined nodes too); `false` for a dedicated controller.
+    pub broker: bool,
     /// The pod object exists.
     pub exists: bool,
     /// `metadata.deletionTimestamp` is set.
@@ -250,6 +253,7 @@ pub(crate) mod tests {
         PodState {
             ordinal,
             name: format!("c-broker-{ordinal}"),
+            broker: true,
             exists: true,
             terminating: false,
             ready: true,
@@ -264,6 +268,31 @@ pub(crate) mod tests {
 
     fn safe(_: &PodState) -> Option<String> {
         None
+    }
+
+    /// A ready, up-to-date dedicated controller pod (a voter).
+    pub(crate) fn controller(id: i32) -> PodState {
+        PodState { name: format!("c-controller-{id}"), broker: false, controller: true, ..pod(id) }
+    }
+
+    #[test]
+    fn dedicated_controllers_restart_before_the_brokers_and_the_active_one_last() {
+        let stale = |p: PodState| PodState { up_to_date: false, ..p };
+        let mut pods: Vec<PodState> = (0..3).map(|i| stale(pod(i))).collect();
+        pods.extend((1000..1003).map(|i| stale(controller(i))));
+        pods[3].active_controller = true;
+        assert_eq!(plan(&pods, safe), restart("c-controller-1001"));
+        pods[4].up_to_date = true;
+        pods[5].up_to_date = true;
+        assert_eq!(
+            plan(&pods, safe),
+            Decision::Restart {
+                pod: "c-controller-1000".into(),
+                reason: "runs an old template or config; the active controller, restarted last".into()
+            }
+        );
+        pods[3].up_to_date = true;
+        assert_eq!(plan(&pods, safe), restart("c-broker-0"));
     }
 
     fn restart(p: &str) -> Decision {

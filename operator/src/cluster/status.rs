@@ -84,10 +84,10 @@ pub(crate) fn pod_ready(pod: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// One [`PodState`] per expected broker ordinal (0..replicas of the StatefulSet), from the
-/// StatefulSet, the pods and the quorum (when the brokers could be asked). `create_failed`:
-/// the StatefulSet controller's latest refusal to create a pod (a quota, PodSecurity
-/// admission), the problem of every missing pod.
+/// One [`PodState`] per expected ordinal of `sts` (the brokers' StatefulSet, or the dedicated
+/// controllers'), from the StatefulSet, its pods and the quorum (when the brokers could be
+/// asked). `create_failed`: the StatefulSet controller's latest refusal to create a pod (a
+/// quota, PodSecurity admission), the problem of every missing pod.
 pub fn observe(
     cluster: &Cluster,
     sts: &StatefulSet,
@@ -96,13 +96,19 @@ pub fn observe(
     create_failed: Option<&str>,
 ) -> Vec<PodState> {
     let names = Names::of(&cluster.name_any());
-    let replicas = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(cluster.spec.replicas).max(0);
-    let controllers = cluster.spec.controller_count();
-    let leader = quorum.and_then(|q| q.leader).or((controllers == 1).then_some(0));
+    let set = sts.metadata.name.clone().unwrap_or_else(|| names.stateful_set.clone());
+    let broker = set == names.stateful_set;
+    let spec = sts.spec.as_ref();
+    let default_replicas = if broker { cluster.spec.replicas } else { cluster.spec.controller_count() };
+    let replicas = spec.and_then(|s| s.replicas).unwrap_or(default_replicas).max(0);
+    let first = spec.and_then(|s| s.ordinals.as_ref()).and_then(|o| o.start).unwrap_or(0);
+    let wanted = desired::controller_ids(cluster);
+    let single = (wanted.len() == 1).then_some(wanted.start);
+    let leader = quorum.and_then(|q| q.leader).or(single);
     // The voters as the quorum reports them (they change at runtime); the spec's until then.
     let is_voter = |ordinal: i32| match quorum.filter(|q| !q.voters.is_empty()) {
         Some(q) => q.voters.iter().any(|(id, _)| *id == ordinal),
-        None => ordinal < controllers,
+        None => wanted.contains(&ordinal),
     };
     let update_revision = sts.status.as_ref().and_then(|s| s.update_revision.clone());
     let want_hash = sts
@@ -111,9 +117,9 @@ pub fn observe(
         .and_then(|s| s.template.metadata.as_ref())
         .and_then(|m| m.annotations.as_ref())
         .and_then(|a| a.get(CONFIG_HASH_ANNOTATION).cloned());
-    (0..replicas)
+    (first..first + replicas)
         .map(|ordinal| {
-            let name = format!("{}-{ordinal}", names.stateful_set);
+            let name = format!("{set}-{ordinal}");
             let pod = pods.iter().find(|p| p.name_any() == name);
             let revision = pod.and_then(|p| p.labels().get("controller-revision-hash").cloned());
             let hash = pod.and_then(|p| p.annotations().get(CONFIG_HASH_ANNOTATION).cloned());
@@ -123,6 +129,7 @@ pub fn observe(
             PodState {
                 ordinal,
                 name,
+                broker,
                 exists: pod.is_some(),
                 terminating: pod.is_some_and(|p| p.metadata.deletion_timestamp.is_some()),
                 ready: pod.is_some_and(pod_ready),
@@ -156,28 +163,36 @@ pub fn status(
     let config_note = notes.config.as_deref();
     let generation = cluster.metadata.generation.unwrap_or_default();
     let old = cluster.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
-    let replicas = pods.len() as i32;
-    let ready = pods.iter().filter(|p| p.ready && p.exists).count() as i32;
+    let brokers: Vec<&PodState> = pods.iter().filter(|p| p.broker).collect();
+    let controllers: Vec<&PodState> = pods.iter().filter(|p| !p.broker).collect();
+    let replicas = brokers.len() as i32;
+    let ready = brokers.iter().filter(|p| p.ready && p.exists).count() as i32;
+    let controllers_ready = controllers.iter().filter(|p| p.ready && p.exists).count();
     let current = pods.iter().all(|p| p.up_to_date);
-    let all_ready = ready == replicas;
+    let all_ready = pods.iter().all(|p| p.ready && p.exists);
+    // "2/3 brokers ready", with the dedicated controllers' count after it.
+    let counts = match controllers.is_empty() {
+        true => format!("{ready}/{replicas} brokers ready"),
+        false => format!("{ready}/{replicas} brokers and {controllers_ready}/{} controllers ready", controllers.len()),
+    };
     let restarting = matches!(decision, Decision::Restart { .. }) || pods.iter().any(|p| p.terminating);
 
     let problems: Vec<(&str, &Problem)> =
         pods.iter().filter_map(|p| p.problem.as_ref().map(|x| (p.name.as_str(), x))).collect();
     let (ready_reason, ready_msg) = if let Some((reason, message)) = &notes.storage_refused {
         // The spec cannot be carried out until it changes: not Ready, whatever the pods do.
-        (*reason, format!("{ready}/{replicas} brokers ready; {message}"))
+        (*reason, format!("{counts}; {message}"))
     } else if let Some((_, first)) = problems.first() {
         // What Kubernetes says comes first: it is what has to be fixed.
         let causes: Vec<String> =
             problems.iter().map(|(pod, x)| format!("{pod}: {}: {}", x.reason, x.message)).collect();
-        (first.reason.as_str(), format!("{ready}/{replicas} brokers ready; {}", causes.join("; ")))
+        (first.reason.as_str(), format!("{counts}; {}", causes.join("; ")))
     } else if all_ready && current {
-        ("Ready", format!("{ready}/{replicas} brokers ready"))
+        ("Ready", counts)
     } else if restarting || !current {
-        ("RollingRestart", format!("{ready}/{replicas} brokers ready; {decision}"))
+        ("RollingRestart", format!("{counts}; {decision}"))
     } else {
-        ("BrokersNotReady", format!("{ready}/{replicas} brokers ready"))
+        ("BrokersNotReady", counts)
     };
     let not_ready: Vec<&str> = pods.iter().filter(|p| !p.ready).map(|p| p.name.as_str()).collect();
     let degraded = !not_ready.is_empty() && !restarting && current;
@@ -219,7 +234,7 @@ pub fn status(
             "Degraded",
             degraded,
             if degraded { "BrokersNotReady" } else { "Healthy" },
-            if degraded { format!("not ready: {}", not_ready.join(", ")) } else { "every broker is ready".into() },
+            if degraded { format!("not ready: {}", not_ready.join(", ")) } else { "every pod is ready".into() },
             generation,
         ),
     ];
@@ -260,7 +275,7 @@ pub fn status(
     ClusterStatus {
         conditions,
         observed_generation: Some(generation),
-        replicas: pods.iter().filter(|p| p.exists).count() as i32,
+        replicas: brokers.iter().filter(|p| p.exists).count() as i32,
         ready_brokers: ready,
         selector: desired::selector_string(&cluster.name_any()),
         bootstrap_servers: Some(
@@ -271,33 +286,36 @@ pub fn status(
                 .unwrap_or_default(),
         ),
         listeners: notes.listeners.clone(),
-        brokers: pods
-            .iter()
-            .map(|p| BrokerStatus {
-                id: p.ordinal,
-                pod: p.name.clone(),
-                state: if !p.exists {
-                    "Missing"
-                } else if p.terminating {
-                    "Restarting"
-                } else if p.ready {
-                    "Running"
-                } else {
-                    "NotReady"
-                }
-                .into(),
-                ready: p.ready,
-                up_to_date: p.up_to_date,
-                rack: p.rack.clone(),
-                reason: p.problem.as_ref().map(|x| x.reason.clone()),
-                message: p.problem.as_ref().map(|x| x.message.clone()),
-            })
-            .collect(),
+        brokers: brokers.iter().map(|p| pod_status(p)).collect(),
+        controllers: controllers.iter().map(|p| pod_status(p)).collect(),
         quorum: notes
             .quorum
             .as_ref()
             .map(|q| QuorumStatus { leader: q.leader, voters: q.voters.iter().map(|(id, _)| *id).collect() }),
         rebalance: notes.rebalance.clone(),
+    }
+}
+
+/// A pod's entry in `status.brokers` or `status.controllers`.
+fn pod_status(p: &PodState) -> BrokerStatus {
+    BrokerStatus {
+        id: p.ordinal,
+        pod: p.name.clone(),
+        state: if !p.exists {
+            "Missing"
+        } else if p.terminating {
+            "Restarting"
+        } else if p.ready {
+            "Running"
+        } else {
+            "NotReady"
+        }
+        .into(),
+        ready: p.ready,
+        up_to_date: p.up_to_date,
+        rack: p.rack.clone(),
+        reason: p.problem.as_ref().map(|x| x.reason.clone()),
+        message: p.problem.as_ref().map(|x| x.message.clone()),
     }
 }
 

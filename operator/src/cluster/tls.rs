@@ -388,6 +388,15 @@ pub async fn reconcile(
     let names = Names::of(&name);
     // The stable names, then the addresses external clients dial (IP literals become IP SANs).
     let mut dns = listeners::broker_names(&names.headless, &names.bootstrap, &ns, &settings.cluster_domain);
+    if cluster.spec.dedicated_controllers() {
+        // The dedicated controllers present the same certificate, under their own Service.
+        let h = &names.controller_headless;
+        dns.extend([
+            format!("*.{h}.{ns}.svc.{}", settings.cluster_domain),
+            format!("*.{h}.{ns}.svc"),
+            format!("*.{h}.{ns}"),
+        ]);
+    }
     dns.extend(external_hosts.iter().cloned());
     let issuer = certs::fingerprint(&ca.cert);
     let names_print = certs::fingerprint(&dns.join(","));

@@ -1,6 +1,7 @@
 //! Changing the metadata quorum's voters (pure): the voters should be brokers
-//! 0..`controllers.replicas`-1. The operator gets there one KIP-853 change at a time
-//! (AddRaftVoter, RemoveRaftVoter, through any broker), so no broker restarts:
+//! 0..`controllers.replicas`-1 (combined mode), or dedicated controllers 1000 up. The operator
+//! gets there one KIP-853 change at a time (AddRaftVoter, RemoveRaftVoter, through any broker),
+//! so no pod restarts:
 //! 1. Only while every broker pod exists, is ready and up to date (no roll, no scaling in
 //!    flight) and the quorum has an active controller.
 //! 2. Additions before removals (the quorum never has fewer voters than both ends need), the
@@ -31,18 +32,19 @@ impl fmt::Display for VoterPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             VoterPlan::Settled => write!(f, "the quorum's voters are as specified"),
-            VoterPlan::Add(id) => write!(f, "adding broker {id} to the quorum's voters"),
-            VoterPlan::Remove(id) => write!(f, "removing broker {id} from the quorum's voters"),
+            VoterPlan::Add(id) => write!(f, "adding node {id} to the quorum's voters"),
+            VoterPlan::Remove(id) => write!(f, "removing node {id} from the quorum's voters"),
             VoterPlan::Wait(why) => write!(f, "changing the quorum's voters waits: {why}"),
         }
     }
 }
 
-/// The next step from the quorum as observed to `controllers` voters (brokers 0..controllers-1).
-pub fn plan(controllers: i32, quorum: Option<&Quorum>, pods: &[PodState]) -> VoterPlan {
+/// The next step from the quorum as observed to the voters `want` (node ids, see
+/// [`super::desired::controller_ids`]). `pods`: every broker and dedicated controller pod.
+pub fn plan(want: std::ops::Range<i32>, quorum: Option<&Quorum>, pods: &[PodState]) -> VoterPlan {
     let Some(q) = quorum else { return VoterPlan::Settled };
     let have: BTreeSet<i32> = q.voters.iter().map(|(id, _)| *id).collect();
-    let want: BTreeSet<i32> = (0..controllers).collect();
+    let want: BTreeSet<i32> = want.collect();
     if have == want || have.is_empty() {
         return VoterPlan::Settled;
     }
@@ -55,7 +57,7 @@ pub fn plan(controllers: i32, quorum: Option<&Quorum>, pods: &[PodState]) -> Vot
     };
     if let Some(id) = want.difference(&have).next() {
         if !pods.iter().any(|p| p.ordinal == *id) {
-            return VoterPlan::Wait(format!("{goal}: broker {id} does not exist yet"));
+            return VoterPlan::Wait(format!("{goal}: node {id} does not exist yet"));
         }
         return VoterPlan::Add(*id);
     }
@@ -72,7 +74,7 @@ pub fn plan(controllers: i32, quorum: Option<&Quorum>, pods: &[PodState]) -> Vot
     let majority = (have.len() - 1) / 2 + 1;
     if staying.len() < majority {
         return VoterPlan::Wait(format!(
-            "{goal}: without broker {id} the quorum would have {} caught-up voter(s) {staying:?} of the {majority} it needs",
+            "{goal}: without node {id} the quorum would have {} caught-up voter(s) {staying:?} of the {majority} it needs",
             staying.len()
         ));
     }
@@ -92,42 +94,56 @@ mod tests {
     #[test]
     fn settled_when_the_voters_match_or_the_quorum_is_unknown() {
         let pods: Vec<_> = (0..3).map(pod).collect();
-        assert_eq!(plan(3, Some(&quorum(1, &[0, 1, 2])), &pods), VoterPlan::Settled);
-        assert_eq!(plan(1, None, &pods), VoterPlan::Settled);
+        assert_eq!(plan(0..3, Some(&quorum(1, &[0, 1, 2])), &pods), VoterPlan::Settled);
+        assert_eq!(plan(0..1, None, &pods), VoterPlan::Settled);
     }
 
     #[test]
     fn grows_from_the_lowest_missing_broker_one_at_a_time() {
         let pods: Vec<_> = (0..5).map(pod).collect();
-        assert_eq!(plan(3, Some(&quorum(0, &[0])), &pods), VoterPlan::Add(1));
-        assert_eq!(plan(3, Some(&quorum(0, &[0, 1])), &pods), VoterPlan::Add(2));
-        assert_eq!(plan(5, Some(&quorum(2, &[0, 1, 2])), &pods), VoterPlan::Add(3));
+        assert_eq!(plan(0..3, Some(&quorum(0, &[0])), &pods), VoterPlan::Add(1));
+        assert_eq!(plan(0..3, Some(&quorum(0, &[0, 1])), &pods), VoterPlan::Add(2));
+        assert_eq!(plan(0..5, Some(&quorum(2, &[0, 1, 2])), &pods), VoterPlan::Add(3));
         // Additions come before removals: {0, 2, 4} -> {0, 1, 2} adds 1 first.
-        assert_eq!(plan(3, Some(&quorum(4, &[0, 2, 4])), &pods), VoterPlan::Add(1));
+        assert_eq!(plan(0..3, Some(&quorum(4, &[0, 2, 4])), &pods), VoterPlan::Add(1));
     }
 
     #[test]
     fn shrinks_from_the_highest_broker_and_the_active_controller_last() {
         let pods: Vec<_> = (0..3).map(pod).collect();
-        assert_eq!(plan(1, Some(&quorum(0, &[0, 1, 2])), &pods), VoterPlan::Remove(2));
-        assert_eq!(plan(1, Some(&quorum(2, &[0, 1, 2])), &pods), VoterPlan::Remove(1));
-        assert_eq!(plan(1, Some(&quorum(2, &[0, 2])), &pods), VoterPlan::Remove(2));
+        assert_eq!(plan(0..1, Some(&quorum(0, &[0, 1, 2])), &pods), VoterPlan::Remove(2));
+        assert_eq!(plan(0..1, Some(&quorum(2, &[0, 1, 2])), &pods), VoterPlan::Remove(1));
+        assert_eq!(plan(0..1, Some(&quorum(2, &[0, 2])), &pods), VoterPlan::Remove(2));
     }
 
     #[test]
     fn waits_for_every_broker_ready_and_an_active_controller() {
         let mut pods: Vec<_> = (0..3).map(pod).collect();
         pods[1].ready = false;
-        let w = plan(3, Some(&quorum(0, &[0])), &pods);
+        let w = plan(0..3, Some(&quorum(0, &[0])), &pods);
         assert_eq!(w, VoterPlan::Wait("voters {0} -> {0, 1, 2}: c-broker-1 is not ready and up to date".into()));
         pods[1].ready = true;
         pods[2].up_to_date = false;
-        assert!(matches!(plan(3, Some(&quorum(0, &[0])), &pods), VoterPlan::Wait(_)));
+        assert!(matches!(plan(0..3, Some(&quorum(0, &[0])), &pods), VoterPlan::Wait(_)));
         pods[2].up_to_date = true;
         let leaderless = Quorum { leader: None, ..quorum(0, &[0, 1, 2]) };
-        assert!(plan(1, Some(&leaderless), &pods).to_string().contains("no active controller"));
+        assert!(plan(0..1, Some(&leaderless), &pods).to_string().contains("no active controller"));
         // A voter to add must exist: the StatefulSet grows first.
-        assert!(plan(5, Some(&quorum(0, &[0, 1, 2])), &pods).to_string().contains("broker 3 does not exist yet"));
+        assert!(plan(0..5, Some(&quorum(0, &[0, 1, 2])), &pods).to_string().contains("node 3 does not exist yet"));
+    }
+
+    #[test]
+    fn dedicated_controllers_are_added_once_their_pod_exists_and_removed_from_the_highest() {
+        use super::super::restart::tests::controller;
+        let mut pods: Vec<_> = (0..3).map(pod).collect();
+        pods.extend((1000..1003).map(controller));
+        let q = quorum(1000, &[1000, 1001, 1002]);
+        assert_eq!(plan(1000..1003, Some(&q), &pods), VoterPlan::Settled);
+        assert!(plan(1000..1005, Some(&q), &pods).to_string().contains("node 1003 does not exist yet"));
+        pods.extend((1003..1005).map(controller));
+        assert_eq!(plan(1000..1005, Some(&q), &pods), VoterPlan::Add(1003));
+        let q = quorum(1000, &[1000, 1001, 1002, 1003, 1004]);
+        assert_eq!(plan(1000..1003, Some(&q), &pods), VoterPlan::Remove(1004));
     }
 
     #[test]
@@ -135,8 +151,8 @@ mod tests {
         let pods: Vec<_> = (0..3).map(pod).collect();
         // {0, 1, 2} -> {0}: removing 2 leaves {0, 1}, both needed, but 1 lags far behind.
         let q = Quorum { leader: Some(0), high_watermark: 500, voters: vec![(0, 500), (1, 10), (2, 500)] };
-        assert!(plan(1, Some(&q), &pods).to_string().contains("1 caught-up voter(s) [0] of the 2 it needs"));
+        assert!(plan(0..1, Some(&q), &pods).to_string().contains("1 caught-up voter(s) [0] of the 2 it needs"));
         let q = Quorum { voters: vec![(0, 500), (1, 480), (2, 10)], ..q };
-        assert_eq!(plan(1, Some(&q), &pods), VoterPlan::Remove(2));
+        assert_eq!(plan(0..1, Some(&q), &pods), VoterPlan::Remove(2));
     }
 }

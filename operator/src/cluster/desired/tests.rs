@@ -67,7 +67,7 @@ fn minimal_cluster() {
 fn cluster_with_every_override() {
     let c = cluster(ClusterSpec {
         replicas: 4,
-        controllers: Some(ControllersSpec { mode: ControllerMode::Combined, replicas: 3 }),
+        controllers: Some(ControllersSpec { mode: ControllerMode::Combined, replicas: 3, ..Default::default() }),
         image: Some("localhost/oxbow/oxbow-broker:dev".into()),
         image_pull_policy: Some(PullPolicy::IfNotPresent),
         storage: StorageSpec {
@@ -155,7 +155,7 @@ fn a_dynamic_config_change_is_in_the_file_but_does_not_change_the_template() {
 fn the_first_brokers_are_the_voters_and_the_cluster_id_comes_from_the_uid() {
     let c = cluster(ClusterSpec {
         replicas: 5,
-        controllers: Some(ControllersSpec { mode: ControllerMode::Combined, replicas: 3 }),
+        controllers: Some(ControllersSpec { mode: ControllerMode::Combined, replicas: 3, ..Default::default() }),
         ..Default::default()
     });
     let props = server_properties(&c, &settings(), None);
@@ -173,7 +173,11 @@ fn the_first_brokers_are_the_voters_and_the_cluster_id_comes_from_the_uid() {
 fn a_running_cluster_keeps_its_initial_voters_so_changing_controllers_restarts_nothing() {
     let spec = |controllers| ClusterSpec {
         replicas: 3,
-        controllers: Some(ControllersSpec { mode: ControllerMode::Combined, replicas: controllers }),
+        controllers: Some(ControllersSpec {
+            mode: ControllerMode::Combined,
+            replicas: controllers,
+            ..Default::default()
+        }),
         ..Default::default()
     };
     let created = desired(&cluster(spec(3)), &settings(), None);
@@ -187,6 +191,88 @@ fn a_running_cluster_keeps_its_initial_voters_so_changing_controllers_restarts_n
     let new = desired(&cluster(spec(1)), &settings(), None);
     assert_eq!(initial_voters(&new.config_map).map(|v| v.matches('@').count()), Some(1));
     assert_ne!(template_annotations(&new), template_annotations(&created));
+}
+
+fn dedicated(controllers: i32) -> Cluster {
+    cluster(ClusterSpec {
+        replicas: 3,
+        controllers: Some(ControllersSpec {
+            mode: ControllerMode::Dedicated,
+            replicas: controllers,
+            resources: Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([("memory".to_string(), Quantity("256Mi".into()))])),
+                ..Default::default()
+            }),
+            storage: None,
+        }),
+        storage: StorageSpec { size: "50Gi".into(), storage_class: Some("fast".into()), ..Default::default() },
+        ..Default::default()
+    })
+}
+
+#[test]
+#[allow(clippy::unwrap_used)]
+fn dedicated_controllers_run_in_a_statefulset_of_their_own_from_node_id_1000() {
+    let d = desired(&dedicated(3), &settings(), None);
+    let mut all = render(&d);
+    let c = d.controllers.as_ref().unwrap();
+    for doc in
+        [serde_yaml::to_string(&c.headless), serde_yaml::to_string(&c.stateful_set), serde_yaml::to_string(&c.pdb)]
+    {
+        all.push_str(&format!("---\n{}", doc.unwrap()));
+    }
+    golden("cluster-dedicated.yaml", &all);
+
+    let data = d.config_map.data.as_ref().unwrap();
+    let broker = &data["server.properties"];
+    let controller = &data[CONTROLLER_PROPERTIES];
+    let host = |i: i32| format!("{i}@events-controller-{i}.events-controllers.streaming.svc.cluster.local:9093");
+    let voters = format!("controller.quorum.voters={},{},{}\n", host(1000), host(1001), host(1002));
+    assert!(broker.contains(&voters) && controller.contains(&voters), "{broker}\n{controller}");
+    assert!(broker.contains("process.roles=broker\n") && broker.contains("listeners=PLAINTEXT://0.0.0.0:9092\n"));
+    assert!(broker.contains("controller.listener.names=CONTROLLER\n"), "brokers still dial the controllers");
+    assert!(controller.contains("process.roles=controller\n"));
+    assert!(controller.contains("listeners=CONTROLLER://0.0.0.0:9093\n"), "{controller}");
+    let sts = c.stateful_set.spec.as_ref().unwrap();
+    assert_eq!(sts.ordinals.as_ref().and_then(|o| o.start), Some(1000));
+    assert_eq!(sts.replicas, Some(3));
+    let claim = &sts.volume_claim_templates.as_ref().unwrap()[0];
+    let claim = claim.spec.as_ref().unwrap();
+    assert_eq!(claim.storage_class_name.as_deref(), Some("fast"), "the brokers' storage class");
+    let size = &claim.resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"];
+    assert_eq!(size.0, "1Gi");
+    // Brokers no longer listen for controller traffic.
+    let broker_sts = d.stateful_set.spec.as_ref().unwrap();
+    let ports: Vec<i32> = broker_sts.template.spec.as_ref().unwrap().containers[0]
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| p.container_port)
+        .collect();
+    assert_eq!(ports, vec![KAFKA_PORT, HEALTH_PORT]);
+    assert!(broker_sts.ordinals.is_none());
+}
+
+#[test]
+fn dedicated_controllers_keep_their_initial_voters_so_a_count_change_restarts_nothing() {
+    let created = desired(&dedicated(3), &settings(), None);
+    let started = Started::of(&created.config_map);
+    let five = desired(&dedicated(5), &settings(), Some(&started));
+    assert_eq!(five.config_map, created.config_map);
+    assert_eq!(template_annotations(&five), template_annotations(&created));
+    let annotations = |d: &Desired| {
+        d.controllers
+            .as_ref()
+            .and_then(|c| c.stateful_set.spec.as_ref()?.template.metadata.as_ref()?.annotations.clone())
+    };
+    assert_eq!(annotations(&five), annotations(&created));
+    let replicas = |d: &Desired| d.controllers.as_ref().and_then(|c| c.stateful_set.spec.as_ref()?.replicas);
+    assert_eq!((replicas(&created), replicas(&five)), (Some(3), Some(5)));
+    assert_eq!(
+        voter_host(&dedicated(3), &settings(), 1003),
+        "events-controller-1003.events-controllers.streaming.svc.cluster.local"
+    );
+    assert_eq!(controller_ids(&dedicated(3)), 1000..1003);
 }
 
 fn template_annotations(d: &Desired) -> Option<BTreeMap<String, String>> {
