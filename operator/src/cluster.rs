@@ -182,6 +182,20 @@ async fn create_failure(client: &Client, ns: &str, sts: &str) -> Option<String> 
     (recent && latest.reason.as_deref() == Some("FailedCreate")).then(|| latest.message.unwrap_or_default())
 }
 
+/// When `sts` lacks one of its pods (its ordinals, from `ordinals.start`), the StatefulSet
+/// controller's refusal to create it ([`create_failure`]).
+async fn missing_pod_cause(client: &Client, ns: &str, sts: &StatefulSet, pods: &[Pod]) -> Option<String> {
+    let name = sts.metadata.name.as_deref()?;
+    let spec = sts.spec.as_ref()?;
+    let first = spec.ordinals.as_ref().and_then(|o| o.start).unwrap_or(0);
+    let missing = (first..first + spec.replicas.unwrap_or(0))
+        .any(|i| !pods.iter().any(|p| p.name_any() == format!("{name}-{i}")));
+    match missing {
+        true => create_failure(client, ns, name).await,
+        false => None,
+    }
+}
+
 /// A Warning event for each broker pod whose problem is new since the last status.
 async fn warn_new_problems(ctx: &Context, cluster: &Cluster, observed: &[restart::PodState]) {
     let before: Vec<&crate::crd::BrokerStatus> =
@@ -351,21 +365,10 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
 
     // Observe the pods and decide whether one restarts. A pod the StatefulSet should have but
     // does not: its controller's refusal to create it says why.
-    let missing = (0..sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0))
-        .any(|i| !pods.iter().any(|p| p.name_any() == format!("{}-{i}", names.stateful_set)));
-    let create_failed = match missing {
-        true => create_failure(client, &ns, &names.stateful_set).await,
-        false => None,
-    };
+    let create_failed = missing_pod_cause(client, &ns, &sts, &pods).await;
     let mut observed = status::observe(&cluster, &sts, &pods, quorum.as_ref(), create_failed.as_deref());
     if let Some(csts) = &controller_sts {
-        let first = crate::crd::FIRST_CONTROLLER_ID;
-        let missing = (first..first + csts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0))
-            .any(|i| !controller_pods.iter().any(|p| p.name_any() == format!("{}-{i}", names.controller_set)));
-        let create_failed = match missing {
-            true => create_failure(client, &ns, &names.controller_set).await,
-            false => None,
-        };
+        let create_failed = missing_pod_cause(client, &ns, csts, &controller_pods).await;
         observed.extend(status::observe(&cluster, csts, &controller_pods, quorum.as_ref(), create_failed.as_deref()));
     }
     warn_new_problems(&ctx, &cluster, &observed).await;
