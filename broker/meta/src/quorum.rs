@@ -1121,16 +1121,40 @@ mod tests {
     }
 
     /// [`three`], with an observer session timeout, and a token that stops each node alone.
+    /// The ports are found free and then bound by each node, so another process (or test) can
+    /// take one in between: the three start again on new ports, in a new directory, when a
+    /// listener cannot be bound.
     async fn three_with(
         dir: &std::path::Path,
         tasks: &mut JoinSet<()>,
         stop: &CancellationToken,
         observer_session_timeout: Duration,
     ) -> anyhow::Result<Vec<(Quorum, CancellationToken)>> {
+        let mut attempt = 0;
+        loop {
+            let tried = dir.join(format!("attempt-{attempt}"));
+            match start_three(&tried, tasks, stop, observer_session_timeout).await {
+                Err(QuorumError::Bind { addr, source }) if attempt < 4 => {
+                    eprintln!("port {addr} was taken before the node bound it ({source}); starting the three again");
+                    attempt += 1;
+                }
+                r => return Ok(r?),
+            }
+        }
+    }
+
+    async fn start_three(
+        dir: &std::path::Path,
+        tasks: &mut JoinSet<()>,
+        stop: &CancellationToken,
+        observer_session_timeout: Duration,
+    ) -> Result<Vec<(Quorum, CancellationToken)>, QuorumError> {
         let mut listeners = BTreeMap::new();
         for id in 1..=3 {
-            let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-            listeners.insert(id as NodeId, l.local_addr()?);
+            let local = "127.0.0.1:0".parse().map_err(|e| QuorumError::Storage(format!("{e}")))?;
+            let bind = |source| QuorumError::Bind { addr: local, source };
+            let l = std::net::TcpListener::bind(local).map_err(bind)?;
+            listeners.insert(id as NodeId, l.local_addr().map_err(bind)?);
         }
         let voters: BTreeMap<NodeId, String> = listeners.iter().map(|(id, a)| (*id, a.to_string())).collect();
         let mut nodes = Vec::new();
@@ -1153,7 +1177,15 @@ mod tests {
                 observer_session_timeout,
             };
             let own = stop.child_token();
-            nodes.push((Quorum::start(cfg, tasks, own.clone()).await?, own));
+            match Quorum::start(cfg, tasks, own.clone()).await {
+                Ok(q) => nodes.push((q, own)),
+                Err(e) => {
+                    // The nodes started so far stop: the caller may start three others.
+                    own.cancel();
+                    nodes.iter().for_each(|(_, t)| t.cancel());
+                    return Err(e);
+                }
+            }
         }
         Ok(nodes)
     }
