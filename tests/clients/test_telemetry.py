@@ -1,16 +1,19 @@
-"""The broker's OpenTelemetry metrics: exported over OTLP/HTTP to a stand-in collector that
-decodes them with the official OTLP protobufs (tests/k8s/otlp_sink.py), with figures that
-match what real clients did. Bad endpoint settings stop startup naming the variable."""
+"""The broker's metrics: exported over OTLP/HTTP to a stand-in collector that decodes them with
+the official OTLP protobufs (tests/k8s/otlp_sink.py), and served in Prometheus' text format on
+the HTTP listener, with figures that match what real clients did. Bad endpoint settings stop
+startup naming the variable."""
 
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from oxbow_harness import free_port, require_broker_binary
+from oxbow_harness import create_topic, free_port, require_broker_binary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
 from otlp_sink import Sink  # noqa: E402
@@ -32,6 +35,18 @@ def wait_for(what, check, timeout=30):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def consume(c: Consumer, topic: str, n: int, timeout: float = 30) -> int:
+    """Subscribes `c` to `topic` and reads up to `n` records (bounded in time); how many it read."""
+    c.subscribe([topic])
+    got = 0
+    deadline = time.monotonic() + timeout
+    while got < n and time.monotonic() < deadline:
+        m = c.poll(1)
+        if m is not None and not m.error():
+            got += 1
+    return got
+
+
 def test_broker_exports_request_traffic_and_partition_metrics_over_otlp(broker_factory):
     port = free_port()
     sink = Sink("127.0.0.1", port)
@@ -45,14 +60,7 @@ def test_broker_exports_request_traffic_and_partition_metrics_over_otlp(broker_f
             p.produce("metered", value=b"x" * 100, partition=i % 4)
         assert p.flush(30) == 0
         c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "metered", "auto.offset.reset": "earliest"})
-        c.subscribe(["metered"])
-        got = 0
-        deadline = time.monotonic() + 30
-        while got < 1000 and time.monotonic() < deadline:
-            m = c.poll(1)
-            if m is not None and not m.error():
-                got += 1
-        assert got == 1000
+        assert consume(c, "metered", 1000) == 1000
 
         wait_for("1000 produced records exported", lambda: latest(sink, "oxbow.broker.produced.records") == 1000)
         # Every partition is led here: metered's 4 and __consumer_offsets' (the group made it).
@@ -89,3 +97,98 @@ def test_an_otlp_endpoint_that_is_not_a_url_stops_startup_naming_the_variable(tm
     )
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "OTEL_EXPORTER_OTLP_ENDPOINT=collector:4318: expected an http:// or https:// URL" in r.stderr, r.stderr
+
+
+def scrape(url: str) -> tuple[dict[str, str], dict[str, str], dict[str, float]]:
+    """GET a Prometheus text page: (TYPE by family, HELP by family, value by series)."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.status == 200
+        assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8", r.headers["Content-Type"]
+        text = r.read().decode()
+    types, helps, series = {}, {}, {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            types[name] = kind
+        elif line.startswith("# HELP "):
+            _, _, name, what = line.split(" ", 3)
+            helps[name] = what
+        elif line:
+            key, value = line.rsplit(" ", 1)
+            assert key not in series, f"series {key} twice"
+            series[key] = float(value)
+    return types, helps, series
+
+
+def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_factory):
+    http = free_port()
+    b = broker_factory(overrides={"oxbow.http.listener": f"127.0.0.1:{http}"})
+    # One broker: a topic asking for 2 in-sync replicas has every partition under its min ISR.
+    create_topic(b, "scraped", 3)
+    create_topic(b, "strict", 2, config={"min.insync.replicas": "2"})
+    create_topic(b, "lagging", 1)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
+    for i in range(500):
+        p.produce("scraped", value=b"y" * 100, partition=i % 3)
+        p.produce("lagging", value=b"z" * 10)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "scraper", "auto.offset.reset": "earliest"})
+    assert consume(c, "scraped", 500) == 500
+    c.close()  # commits where it stopped: the end of each partition
+    # A group that reads 200 of lagging's 500 records and commits there: its lag is 300.
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "laggard", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    assert consume(c, "lagging", 200) == 200
+    c.commit(asynchronous=False)
+    c.close()
+
+    url = f"http://127.0.0.1:{http}/metrics"
+    lag_scraped, lag_lagging = 'oxbow_consumer_group_lag{group="scraper",topic="scraped"}', \
+        'oxbow_consumer_group_lag{group="laggard",topic="lagging"}'
+    # Lag is computed in rounds (every 10 s) while the metrics are read: the first read starts them.
+    deadline = time.monotonic() + 60
+    while True:
+        types, helps, s = scrape(url)
+        if s.get(lag_scraped) == 0 and s.get(lag_lagging) == 300:
+            break
+        assert time.monotonic() < deadline, {k: v for k, v in s.items() if "group" in k}
+        time.sleep(1)
+    # Names as the OpenTelemetry Collector's Prometheus exporter writes the OTLP ones.
+    assert types == {
+        "oxbow_broker_requests_total": "counter",
+        "oxbow_broker_produced_records_total": "counter",
+        "oxbow_broker_produced_bytes_total": "counter",
+        "oxbow_broker_fetched_bytes_total": "counter",
+        "oxbow_broker_connections": "gauge",
+        "oxbow_broker_partitions": "gauge",
+        "oxbow_broker_partitions_under_replicated": "gauge",
+        "oxbow_broker_partitions_under_min_isr": "gauge",
+        "oxbow_broker_log_size_bytes": "gauge",
+        "oxbow_controller_active": "gauge",
+        "oxbow_controller_partitions_offline": "gauge",
+        "oxbow_consumer_group_lag": "gauge",
+        "oxbow_coordinator_groups": "gauge",
+        "oxbow_quorum_term": "gauge",
+    }, types
+    assert set(helps) == set(types) and all(helps.values())
+    assert s["oxbow_broker_produced_records_total"] == 500 + 500
+    produced = s["oxbow_broker_produced_bytes_total"]
+    assert produced > 500 * 100 + 500 * 10, produced
+    # scraper read every record of scraped (laggard read part of lagging's).
+    assert s["oxbow_broker_fetched_bytes_total"] >= 500 * 100
+    assert s['oxbow_broker_requests_total{api="Produce"}'] >= 1
+    assert s['oxbow_broker_requests_total{api="Fetch"}'] >= 1
+    assert s['oxbow_broker_requests_total{api="JoinGroup"}'] >= 1
+    # scraped's 3, strict's 2, lagging's 1 and __consumer_offsets' 50, all led here.
+    assert s['oxbow_broker_partitions{role="leader"}'] == 3 + 2 + 1 + 50
+    assert s['oxbow_broker_partitions{role="follower"}'] == 0
+    assert s["oxbow_broker_partitions_under_replicated"] == 0
+    assert s["oxbow_broker_partitions_under_min_isr"] == 2
+    assert s["oxbow_broker_connections"] >= 1  # the producer's
+    assert s["oxbow_broker_log_size_bytes"] >= produced
+    assert s["oxbow_controller_active"] == 1
+    assert s["oxbow_controller_partitions_offline"] == 0
+    assert s["oxbow_quorum_term"] >= 1
+    # Both groups are empty now (their consumers closed), and only they have offsets.
+    assert s['oxbow_coordinator_groups{type="classic",state="Empty"}'] == 2, s
+    assert sorted(k for k in s if k.startswith("oxbow_consumer_group_lag")) == sorted([lag_lagging, lag_scraped])

@@ -384,6 +384,12 @@ impl Shard {
         self.offsets.get(group).and_then(|o| o.get(&(topic.to_string(), partition))).map(|c| &c.value)
     }
 
+    /// The groups with committed offsets (a group that only commits, with `assign()`, has no
+    /// group state but offsets).
+    pub fn groups_with_offsets(&self) -> impl Iterator<Item = &str> {
+        self.offsets.iter().filter(|(_, o)| !o.is_empty()).map(|(g, _)| g.as_str())
+    }
+
     /// Every committed offset of a group, by topic and partition.
     pub fn offsets(&self, group: &str) -> impl Iterator<Item = (&(String, i32), &OffsetValue)> {
         self.offsets.get(group).into_iter().flatten().map(|(k, c)| (k, &c.value))

@@ -60,6 +60,8 @@ pub struct Broker {
     pub peers: Arc<crate::peers::Peers>,
     /// Request-path counters for the metrics.
     pub stats: crate::stats::Stats,
+    /// Consumer lag of the groups coordinated here, as of the last round ([`crate::lag`]).
+    pub lag: crate::stats::LagBoard,
     /// ACLs, super users (`authorizer.class.name`); every handler asks it through `handlers::access`.
     pub authorizer: crate::security::authorizer::Authorizer,
     /// The replication throttles (`*.replication.throttled.rate`).
@@ -138,6 +140,7 @@ impl Broker {
             apply_lock: Mutex::new(()),
             creating_internal: tokio::sync::Mutex::new(()),
             stats: crate::stats::Stats::default(),
+            lag: crate::stats::LagBoard::default(),
             authorizer: crate::security::authorizer::Authorizer::new(&config),
             config,
         }))

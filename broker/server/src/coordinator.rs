@@ -92,6 +92,12 @@ struct Slot {
     state: Arc<AsyncMutex<SlotState>>,
 }
 
+/// A group coordinated here and its committed offsets: (topic, partition, offset).
+pub struct GroupOffsets {
+    pub group: String,
+    pub offsets: Vec<(String, i32, i64)>,
+}
+
 /// A group described by DescribeGroups.
 pub struct Described {
     pub state: &'static str,
@@ -565,6 +571,26 @@ impl Coordinator {
         }
         out.sort_by(|a, b| a.group.cmp(&b.group));
         Ok(out)
+    }
+
+    /// The groups of the shards loaded here, and the committed offsets of every group that has
+    /// some (for the metrics: groups by state, consumer lag). Loads nothing: a shard not loaded
+    /// yet is left out.
+    pub async fn committed(&self) -> (Vec<Listing>, Vec<GroupOffsets>) {
+        let slots: Vec<Arc<Slot>> = self.slots.lock().values().cloned().collect();
+        let (mut listings, mut offsets) = (Vec::new(), Vec::new());
+        for s in slots {
+            let st = s.state.lock().await;
+            if !st.alive {
+                continue;
+            }
+            listings.extend(st.shard.list());
+            for group in st.shard.groups_with_offsets() {
+                let committed = st.shard.offsets(group).map(|((t, p), v)| (t.clone(), *p, v.offset)).collect();
+                offsets.push(GroupOffsets { group: group.to_string(), offsets: committed });
+            }
+        }
+        (listings, offsets)
     }
 
     /// Loads the partitions this broker leads and drops those it no longer leads.

@@ -12,6 +12,11 @@
 //!   clients, even when it is cut off from the quorum; `raft` is its own Raft role, the leader
 //!   it follows and its term, also as it sees them alone.
 //!
+//! - `GET /metrics`: the broker's metrics ([`crate::metrics`]) in Prometheus' text format, for a
+//!   Prometheus that scrapes brokers directly (the same catalogue goes out over OTLP when an
+//!   endpoint is set). 503 until the broker has opened its log; 404 on a controller-only node,
+//!   which has no broker.
+//!
 //! On a controller-only node (`process.roles=controller`) `/readyz` answers 200 once it serves
 //! and knows the active controller (itself or another voter).
 //!
@@ -19,8 +24,8 @@
 //! recovery while readiness does not.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 
 use axum::Router;
 use axum::extract::State;
@@ -42,7 +47,10 @@ pub enum Phase {
 #[derive(Default)]
 pub struct Health {
     phase: AtomicU8,
-    quorum: std::sync::OnceLock<oxbow_meta::Quorum>,
+    quorum: OnceLock<oxbow_meta::Quorum>,
+    /// The broker, once its log is open (`/metrics` reads it); weak, so that this endpoint
+    /// never keeps a stopped broker alive.
+    broker: OnceLock<Weak<crate::broker::Broker>>,
     /// A controller-only node: ready while serving and it knows the active controller.
     controller_only: std::sync::atomic::AtomicBool,
 }
@@ -55,6 +63,11 @@ impl Health {
     /// Attaches the quorum once it has started.
     pub fn set_quorum(&self, q: oxbow_meta::Quorum) {
         let _ = self.quorum.set(q);
+    }
+
+    /// Attaches the broker once its log is open.
+    pub fn set_broker(&self, broker: &Arc<crate::broker::Broker>) {
+        let _ = self.broker.set(Arc::downgrade(broker));
     }
 
     pub fn set_controller_only(&self) {
@@ -85,6 +98,22 @@ async fn readyz(State(health): State<Arc<Health>>) -> (StatusCode, &'static str)
         Phase::Serving => (StatusCode::OK, "ready\n"),
         Phase::Starting => (StatusCode::SERVICE_UNAVAILABLE, "starting: recovering the log\n"),
         Phase::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n"),
+    }
+}
+
+async fn metrics(State(health): State<Arc<Health>>) -> (StatusCode, [(&'static str, &'static str); 1], String) {
+    const TEXT: [(&str, &str); 1] = [("content-type", "text/plain; version=0.0.4; charset=utf-8")];
+    if health.controller_only.load(Ordering::Acquire) {
+        let why = "a controller-only node has no broker metrics; its quorum is on /quorum\n";
+        return (StatusCode::NOT_FOUND, TEXT, why.into());
+    }
+    match health.broker.get().and_then(Weak::upgrade) {
+        // The families walk the hosted partitions: off the async workers.
+        Some(b) => match tokio::task::spawn_blocking(move || crate::metrics::prometheus_text(&b)).await {
+            Ok(text) => (StatusCode::OK, TEXT, text),
+            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
+        },
+        None => (StatusCode::SERVICE_UNAVAILABLE, TEXT, "starting: recovering the log\n".into()),
     }
 }
 
@@ -141,6 +170,7 @@ pub async fn spawn(addr: SocketAddr, health: Arc<Health>) -> anyhow::Result<(Soc
         .route("/readyz", get(readyz))
         .route("/quorum", get(quorum))
         .route("/metadata", get(metadata))
+        .route("/metrics", get(metrics))
         .with_state(health);
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {

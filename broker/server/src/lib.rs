@@ -36,11 +36,13 @@ pub mod format;
 pub mod handlers;
 pub mod health;
 pub mod isr;
+pub mod lag;
 #[cfg(test)]
 mod layout;
 pub mod log_manager;
 pub mod metadata;
 pub mod metadata_view;
+pub mod metrics;
 pub mod network;
 pub mod partition;
 pub mod peers;
@@ -170,6 +172,7 @@ impl Server {
         let quorum = Quorum::start(qcfg, &mut meta_tasks, meta_stop.clone()).await?;
         broker.controller.set_quorum(quorum.clone());
         health.set_quorum(quorum.clone());
+        health.set_broker(&broker);
         meta_tasks.spawn(follow_image(broker.clone(), quorum.clone(), meta_stop.clone()));
         let legacy =
             if broker.config.controller_role { metadata::read_legacy(&broker.config.log_dirs[0])? } else { None };
@@ -222,6 +225,7 @@ impl Server {
         jobs.spawn(self.broker.groups.clone().run_timers(self.broker.view.clone(), token.child_token()));
         jobs.spawn(self.broker.txns.clone().run_timers(token.child_token()));
         jobs.spawn(replication::run(self.broker.clone(), token.child_token()));
+        jobs.spawn(lag::run(self.broker.clone(), token.child_token()));
         let (b, stop) = (self.broker.clone(), token.child_token());
         jobs.spawn(async move { isr::run(&b.isr_changes, &b.controller, b.node_id(), stop).await });
         // Ordinary heartbeats stop before the controlled shutdown's own take over.

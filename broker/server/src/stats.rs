@@ -1,9 +1,18 @@
-//! Counters bumped on the request path (relaxed atomics: one add each), read by the metric
-//! exporter ([`crate::telemetry`]) at each collection.
+//! Counters bumped on the request path (relaxed atomics: one add each), and the last consumer
+//! lag round ([`crate::lag`]), read by the metrics ([`crate::metrics`]) at each collection.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
 
 use kafka_protocol::messages::ApiKey;
+use parking_lot::Mutex;
+
+use crate::clock::now_ms;
+
+/// How long after the last read of the metrics consumer lag rounds keep running.
+pub const WANTED_FOR: Duration = Duration::from_secs(300);
 
 /// Highest Kafka API key counted (keys above share the last slot).
 const API_SLOTS: usize = 128;
@@ -76,5 +85,48 @@ impl Stats {
             .map(|(k, n)| (k as i16, n.load(Ordering::Relaxed)))
             .filter(|(_, n)| *n > 0)
             .collect()
+    }
+}
+
+/// One group's lag on one topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicLag {
+    pub group: String,
+    pub topic: String,
+    /// Sum over the committed partitions whose high watermark is known this round.
+    pub lag: u64,
+}
+
+/// What the last round found.
+#[derive(Clone, Debug, Default)]
+pub struct Round {
+    pub lag: Vec<TopicLag>,
+    /// Groups coordinated here by (type, state): `classic`/`consumer`, Kafka's state names.
+    pub groups: BTreeMap<(&'static str, &'static str), u64>,
+}
+
+/// The last round of [`crate::lag`], and when the metrics last read it.
+#[derive(Default)]
+pub struct LagBoard {
+    last: Mutex<Arc<Round>>,
+    read_at_ms: AtomicI64,
+}
+
+impl LagBoard {
+    /// The last round; marks the metrics as watched, which keeps rounds running.
+    pub fn read(&self) -> Arc<Round> {
+        self.read_at_ms.store(now_ms(), Ordering::Relaxed);
+        self.last.lock().clone()
+    }
+
+    /// Whether the metrics were read within [`WANTED_FOR`] of `now` (ms).
+    pub fn wanted(&self, now: i64) -> bool {
+        let read = self.read_at_ms.load(Ordering::Relaxed);
+        read > 0 && now - read <= WANTED_FOR.as_millis() as i64
+    }
+
+    /// Replaces the last round.
+    pub fn publish(&self, round: Round) {
+        *self.last.lock() = Arc::new(round);
     }
 }

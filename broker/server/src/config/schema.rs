@@ -751,7 +751,7 @@ pub const KEYS: &[KeyDef] = &[
         name: "oxbow.http.listener",
         default: Some(""),
         kind: Kind::SocketAddr,
-        doc: "Address of the HTTP health endpoints: GET /livez (200 while the process serves HTTP) and GET /readyz (200 once the log is recovered and the Kafka listener accepts connections, 503 while starting or shutting down). Empty: no HTTP listener. The Kubernetes operator sets 0.0.0.0:8080.",
+        doc: "Address of the HTTP endpoints: GET /livez (200 while the process serves HTTP), GET /readyz (200 once the log is recovered and the Kafka listener accepts connections, 503 while starting or shutting down), GET /metrics (the broker's metrics in Prometheus' text format), GET /quorum and GET /metadata (JSON). Empty: no HTTP listener. The Kubernetes operator sets 0.0.0.0:8080.",
     },
 ];
 

@@ -1,0 +1,324 @@
+//! The broker's metrics: one catalogue ([`FAMILIES`]) read by every way out, OTLP
+//! ([`crate::telemetry`]) and the Prometheus text format on `GET /metrics`
+//! (`oxbow.http.listener`, [`crate::health`]).
+//!
+//! The request path only bumps a few relaxed atomic counters ([`crate::stats::Stats`]); every
+//! family is read from the broker's state when it is collected (an export interval, a scrape),
+//! so a broker nobody watches pays nothing more. Labels are bounded (API names, partition roles,
+//! group states) but for consumer lag, which has one series per group and topic with committed
+//! offsets, as `kafka-consumer-groups --describe` lists them ([`crate::lag`]).
+//!
+//! Names are OpenTelemetry's (`oxbow.broker.produced.bytes`, unit `By`); the Prometheus names
+//! are the ones the OpenTelemetry Collector's Prometheus exporter gives the same metrics
+//! ([`prometheus_name`]: `oxbow_broker_produced_bytes_total`), so a dashboard or alert reads the
+//! same series whether the broker is scraped directly or through a collector.
+
+use std::fmt::Write as _;
+
+use kafka_protocol::messages::ApiKey;
+
+use crate::broker::Broker;
+
+/// How a family's values behave over time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up while the process lives (OTLP cumulative sum; Prometheus `counter`).
+    Counter,
+    /// A value at the time of reading.
+    Gauge,
+}
+
+/// One value of a family, with its labels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub labels: Vec<(&'static str, String)>,
+    pub value: u64,
+}
+
+impl Sample {
+    fn plain(value: u64) -> Vec<Sample> {
+        vec![Sample { labels: Vec::new(), value }]
+    }
+}
+
+/// A metric: its name, kind, unit (UCUM, as OpenTelemetry writes it), meaning, and how it is
+/// read from the broker.
+pub struct Family {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub unit: &'static str,
+    pub help: &'static str,
+    pub read: fn(&Broker) -> Vec<Sample>,
+}
+
+/// Every metric the broker exports (the table in docs/architecture.md, Metrics); add a family here and
+/// both OTLP and `/metrics` carry it.
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "oxbow.broker.requests",
+        kind: Kind::Counter,
+        unit: "{request}",
+        help: "Kafka requests received, by API",
+        read: requests,
+    },
+    Family {
+        name: "oxbow.broker.produced.records",
+        kind: Kind::Counter,
+        unit: "{record}",
+        help: "Records appended by producers to partitions led here",
+        read: |b| Sample::plain(b.stats.produced_records()),
+    },
+    Family {
+        name: "oxbow.broker.produced.bytes",
+        kind: Kind::Counter,
+        unit: "By",
+        help: "Record batch bytes appended by producers",
+        read: |b| Sample::plain(b.stats.produced_bytes()),
+    },
+    Family {
+        name: "oxbow.broker.fetched.bytes",
+        kind: Kind::Counter,
+        unit: "By",
+        help: "Record bytes served to consumers and followers",
+        read: |b| Sample::plain(b.stats.fetched_bytes()),
+    },
+    Family {
+        name: "oxbow.broker.connections",
+        kind: Kind::Gauge,
+        unit: "{connection}",
+        help: "Open client connections",
+        read: |b| Sample::plain(u64::try_from(b.stats.connections()).unwrap_or(0)),
+    },
+    Family {
+        name: "oxbow.broker.partitions",
+        kind: Kind::Gauge,
+        unit: "{partition}",
+        help: "Partitions hosted here, by role",
+        read: |b| {
+            let c = partition_counts(b);
+            vec![
+                Sample { labels: vec![("role", "leader".into())], value: c.leader },
+                Sample { labels: vec![("role", "follower".into())], value: c.follower },
+            ]
+        },
+    },
+    Family {
+        name: "oxbow.broker.partitions.under_replicated",
+        kind: Kind::Gauge,
+        unit: "{partition}",
+        help: "Partitions led here whose ISR is smaller than their replicas",
+        read: |b| Sample::plain(partition_counts(b).under_replicated),
+    },
+    Family {
+        name: "oxbow.broker.partitions.under_min_isr",
+        kind: Kind::Gauge,
+        unit: "{partition}",
+        help: "Partitions led here whose ISR is smaller than their topic's min.insync.replicas: acks=all writes to them fail",
+        read: |b| Sample::plain(partition_counts(b).under_min_isr),
+    },
+    Family {
+        name: "oxbow.broker.log.size",
+        kind: Kind::Gauge,
+        unit: "By",
+        help: "Bytes of log segments over every hosted partition",
+        read: |b| Sample::plain(partition_counts(b).log_bytes),
+    },
+    Family {
+        name: "oxbow.controller.active",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 on the metadata quorum's active controller, else 0",
+        read: |b| Sample::plain(u64::from(active_controller(b))),
+    },
+    Family {
+        name: "oxbow.controller.partitions.offline",
+        kind: Kind::Gauge,
+        unit: "{partition}",
+        help: "Partitions without a leader, counted by the active controller (0 on every other node, as Kafka's OfflinePartitionsCount)",
+        read: offline_partitions,
+    },
+    Family {
+        name: "oxbow.consumer_group.lag",
+        kind: Kind::Gauge,
+        unit: "{record}",
+        help: "Records a group has yet to consume on a topic: the sum over its committed partitions of high watermark - committed offset (groups coordinated here; refreshed every 10 s while read)",
+        read: |b| {
+            let round = b.lag.read();
+            round
+                .lag
+                .iter()
+                .map(|l| Sample { labels: vec![("group", l.group.clone()), ("topic", l.topic.clone())], value: l.lag })
+                .collect()
+        },
+    },
+    Family {
+        name: "oxbow.coordinator.groups",
+        kind: Kind::Gauge,
+        unit: "{group}",
+        help: "Consumer groups coordinated here, by type (classic or consumer) and state",
+        read: |b| {
+            let round = b.lag.read();
+            round
+                .groups
+                .iter()
+                .map(|((kind, state), n)| Sample {
+                    labels: vec![("type", (*kind).to_string()), ("state", (*state).to_string())],
+                    value: *n,
+                })
+                .collect()
+        },
+    },
+    Family {
+        name: "oxbow.quorum.term",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "The metadata quorum's Raft term as this node sees it (0 outside the quorum)",
+        read: |b| b.quorum().map(|q| Sample::plain(q.local_view().2)).unwrap_or_default(),
+    },
+];
+
+fn requests(b: &Broker) -> Vec<Sample> {
+    b.stats
+        .requests()
+        .into_iter()
+        .map(|(key, n)| {
+            let api = ApiKey::try_from(key).map_or_else(|_| key.to_string(), |a| format!("{a:?}"));
+            Sample { labels: vec![("api", api)], value: n }
+        })
+        .collect()
+}
+
+/// Partition counts read from the broker at one collection.
+#[derive(Default)]
+struct PartitionCounts {
+    leader: u64,
+    follower: u64,
+    under_replicated: u64,
+    under_min_isr: u64,
+    log_bytes: u64,
+}
+
+/// Walks the hosted partitions once (each family that needs it does, once per collection:
+/// cheap next to serving, and no state shared between collections).
+fn partition_counts(broker: &Broker) -> PartitionCounts {
+    let node = broker.node_id();
+    let mut c = PartitionCounts::default();
+    for topic in broker.all_topics() {
+        for p in topic.hosted() {
+            if let Ok(r) = p.replica() {
+                if r.leader == node {
+                    c.leader += 1;
+                    c.under_replicated += u64::from(r.isr.len() < r.replicas.len());
+                    c.under_min_isr += u64::from(r.isr.len() < usize::try_from(topic.min_insync).unwrap_or(0));
+                } else {
+                    c.follower += 1;
+                }
+            }
+            c.log_bytes += p.with_log(|l| l.size_bytes()).unwrap_or(0);
+        }
+    }
+    c
+}
+
+fn active_controller(b: &Broker) -> bool {
+    b.quorum().is_some_and(|q| q.local_view().1 == Some(q.node_id()))
+}
+
+fn offline_partitions(b: &Broker) -> Vec<Sample> {
+    let Some(q) = b.quorum() else { return Vec::new() };
+    if !active_controller(b) {
+        return Sample::plain(0);
+    }
+    let image = q.image();
+    let offline = image.topics.values().flat_map(|t| t.partitions.iter()).filter(|p| p.leader < 0).count();
+    Sample::plain(offline as u64)
+}
+
+/// The Prometheus name of an OpenTelemetry metric, as the Collector's Prometheus exporter
+/// writes it: dots become underscores, the unit is spelt out as a suffix unless the name already
+/// ends with it (`By` -> `bytes`, `s` -> `seconds`; annotations like `{record}` are dropped),
+/// and counters end in `_total`.
+pub fn prometheus_name(f: &Family) -> String {
+    let mut name: String = f.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    let unit = match f.unit {
+        "By" => "bytes",
+        "s" => "seconds",
+        "ms" => "milliseconds",
+        _ => "",
+    };
+    if !unit.is_empty() && !name.ends_with(unit) {
+        name.push('_');
+        name.push_str(unit);
+    }
+    if f.kind == Kind::Counter {
+        name.push_str("_total");
+    }
+    name
+}
+
+/// Every family in the Prometheus text exposition format (version 0.0.4).
+pub fn prometheus_text(broker: &Broker) -> String {
+    let mut out = String::new();
+    for f in FAMILIES {
+        let name = prometheus_name(f);
+        let kind = match f.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        };
+        let _ = writeln!(out, "# HELP {name} {}", f.help.replace('\\', "\\\\").replace('\n', "\\n"));
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for s in (f.read)(broker) {
+            out.push_str(&name);
+            if !s.labels.is_empty() {
+                out.push('{');
+                for (i, (k, v)) in s.labels.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    let v = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+                    let _ = write!(out, "{k}=\"{v}\"");
+                }
+                out.push('}');
+            }
+            let _ = writeln!(out, " {}", s.value);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn family(name: &'static str, kind: Kind, unit: &'static str) -> Family {
+        Family { name, kind, unit, help: "", read: |_| Vec::new() }
+    }
+
+    #[test]
+    fn prometheus_names_follow_the_collectors_exporter() {
+        let cases = [
+            (family("oxbow.broker.produced.bytes", Kind::Counter, "By"), "oxbow_broker_produced_bytes_total"),
+            (family("oxbow.broker.produced.records", Kind::Counter, "{record}"), "oxbow_broker_produced_records_total"),
+            (family("oxbow.broker.log.size", Kind::Gauge, "By"), "oxbow_broker_log_size_bytes"),
+            (
+                family("oxbow.broker.partitions.under_replicated", Kind::Gauge, "{partition}"),
+                "oxbow_broker_partitions_under_replicated",
+            ),
+            (family("oxbow.request.latency", Kind::Gauge, "s"), "oxbow_request_latency_seconds"),
+            (family("oxbow.controller.active", Kind::Gauge, ""), "oxbow_controller_active"),
+        ];
+        for (f, want) in cases {
+            assert_eq!(prometheus_name(&f), want, "{}", f.name);
+        }
+    }
+
+    #[test]
+    fn every_family_has_a_distinct_prometheus_name_and_help() {
+        let mut names: Vec<String> = FAMILIES.iter().map(prometheus_name).collect();
+        assert!(FAMILIES.iter().all(|f| !f.help.is_empty()));
+        names.sort();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(names.len(), before, "two families map to one Prometheus name");
+    }
+}
