@@ -164,6 +164,10 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
         "oxbow_broker_partitions_under_replicated": "gauge",
         "oxbow_broker_partitions_under_min_isr": "gauge",
         "oxbow_broker_log_size_bytes": "gauge",
+        "oxbow_topic_produced_records_total": "counter",
+        "oxbow_topic_produced_bytes_total": "counter",
+        "oxbow_topic_fetched_bytes_total": "counter",
+        "oxbow_topic_log_size_bytes": "gauge",
         "oxbow_controller_active": "gauge",
         "oxbow_controller_partitions_offline": "gauge",
         "oxbow_consumer_group_lag": "gauge",
@@ -186,6 +190,15 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
     assert s["oxbow_broker_partitions_under_min_isr"] == 2
     assert s["oxbow_broker_connections"] >= 1  # the producer's
     assert s["oxbow_broker_log_size_bytes"] >= produced
+    # Per topic: records and bytes in add up to the broker's; nothing was appended to strict.
+    topics = ("scraped", "lagging")
+    assert [s[f'oxbow_topic_produced_records_total{{topic="{t}"}}'] for t in topics] == [500, 500]
+    assert sum(s[f'oxbow_topic_produced_bytes_total{{topic="{t}"}}'] for t in topics) == produced
+    assert s['oxbow_topic_fetched_bytes_total{topic="scraped"}'] >= 500 * 100
+    assert s.get('oxbow_topic_produced_records_total{topic="strict"}', 0) == 0
+    # A fresh topic's log holds exactly the batches appended to it.
+    for t in topics:
+        assert s[f'oxbow_topic_log_size_bytes{{topic="{t}"}}'] == s[f'oxbow_topic_produced_bytes_total{{topic="{t}"}}']
     assert s["oxbow_controller_active"] == 1
     assert s["oxbow_controller_partitions_offline"] == 0
     assert s["oxbow_quorum_term"] >= 1

@@ -498,7 +498,8 @@ impl Broker {
                 }
                 local.push(part);
             }
-            let topic = Topic::new(meta, t.partitions.clone(), local, me, self.liveness.clone(), &defaults);
+            let counters = self.stats.topic(&t.name);
+            let topic = Topic::new(meta, t.partitions.clone(), local, me, self.liveness.clone(), &defaults, counters);
             if existing.is_some_and(|e| e.log_config != topic.log_config) {
                 for x in topic.hosted() {
                     x.set_config(topic.log_config.clone());

@@ -574,16 +574,19 @@ impl Coordinator {
     }
 
     /// The groups of the shards loaded here, and the committed offsets of every group that has
-    /// some (for the metrics: groups by state, consumer lag). Loads nothing: a shard not loaded
-    /// yet is left out.
+    /// some (for the metrics: groups by state, consumer lag), with the commits the high
+    /// watermark has passed applied first, as OffsetFetch sees them (a commit followed by
+    /// nothing else on its shard would otherwise stay pending). Loads nothing: a shard not
+    /// loaded yet is left out.
     pub async fn committed(&self) -> (Vec<Listing>, Vec<GroupOffsets>) {
         let slots: Vec<Arc<Slot>> = self.slots.lock().values().cloned().collect();
         let (mut listings, mut offsets) = (Vec::new(), Vec::new());
         for s in slots {
-            let st = s.state.lock().await;
+            let mut st = s.state.lock().await;
             if !st.alive {
                 continue;
             }
+            Self::settle(&s, &mut st);
             listings.extend(st.shard.list());
             for group in st.shard.groups_with_offsets() {
                 let committed = st.shard.offsets(group).map(|((t, p), v)| (t.clone(), *p, v.offset)).collect();

@@ -19,6 +19,7 @@ use crate::config::BrokerConfig;
 use crate::errors::BrokerError;
 use crate::metadata::TopicMeta;
 use crate::partition::Partition;
+use crate::stats::TopicCounters;
 use crate::topic_config;
 
 /// Whether this broker may act as a leader: it must have heard "unfenced" from the active
@@ -64,6 +65,8 @@ pub struct Topic {
     /// (`follower.replication.throttled.replicas`).
     pub leader_throttled: topic_config::Throttled,
     pub follower_throttled: topic_config::Throttled,
+    /// This topic's traffic here (the metrics' per-topic families).
+    pub counters: Arc<TopicCounters>,
 }
 
 impl Topic {
@@ -75,13 +78,25 @@ impl Topic {
         node: i32,
         liveness: Arc<Liveness>,
         defaults: &BrokerConfig,
+        counters: Arc<TopicCounters>,
     ) -> Topic {
         let log_config = topic_config::resolve(defaults, &meta.configs);
         let min_insync = topic_config::min_insync(defaults, &meta.configs);
         let throttled = |key| topic_config::Throttled::of(&meta.configs, key, node);
         let leader_throttled = throttled("leader.replication.throttled.replicas");
         let follower_throttled = throttled("follower.replication.throttled.replicas");
-        Topic { meta, states, local, node, liveness, log_config, min_insync, leader_throttled, follower_throttled }
+        Topic {
+            meta,
+            states,
+            local,
+            node,
+            liveness,
+            log_config,
+            min_insync,
+            leader_throttled,
+            follower_throttled,
+            counters,
+        }
     }
 
     /// Whether broker `replica` is in partition `i`'s ISR, as the image has it.

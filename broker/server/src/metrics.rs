@@ -124,6 +124,34 @@ pub const FAMILIES: &[Family] = &[
         read: |b| Sample::plain(partition_counts(b).log_bytes),
     },
     Family {
+        name: "oxbow.topic.produced.records",
+        kind: Kind::Counter,
+        unit: "{record}",
+        help: "Records appended by producers, by topic (partitions led here)",
+        read: |b| per_topic(b, |(records, _, _)| records),
+    },
+    Family {
+        name: "oxbow.topic.produced.bytes",
+        kind: Kind::Counter,
+        unit: "By",
+        help: "Record batch bytes appended by producers, by topic (partitions led here)",
+        read: |b| per_topic(b, |(_, bytes, _)| bytes),
+    },
+    Family {
+        name: "oxbow.topic.fetched.bytes",
+        kind: Kind::Counter,
+        unit: "By",
+        help: "Record bytes served to consumers and followers, by topic",
+        read: |b| per_topic(b, |(_, _, fetched)| fetched),
+    },
+    Family {
+        name: "oxbow.topic.log.size",
+        kind: Kind::Gauge,
+        unit: "By",
+        help: "Bytes of log segments of the topic's partitions hosted here, by topic",
+        read: topic_log_sizes,
+    },
+    Family {
         name: "oxbow.controller.active",
         kind: Kind::Gauge,
         unit: "",
@@ -218,6 +246,30 @@ fn partition_counts(broker: &Broker) -> PartitionCounts {
         }
     }
     c
+}
+
+/// One sample per topic with traffic here: `pick` chooses the counter (records produced, bytes
+/// produced, bytes fetched). Deleted topics' counters go, and so do their series.
+fn per_topic(b: &Broker, pick: fn((u64, u64, u64)) -> u64) -> Vec<Sample> {
+    let mut topics = b.stats.topics();
+    topics.sort_by(|x, y| x.0.cmp(&y.0));
+    topics.into_iter().map(|(topic, c)| Sample { labels: vec![("topic", topic)], value: pick(c.read()) }).collect()
+}
+
+/// Log bytes by topic, over the partitions hosted here (topics with none hosted have no sample).
+fn topic_log_sizes(b: &Broker) -> Vec<Sample> {
+    let mut out: Vec<Sample> = b
+        .all_topics()
+        .into_iter()
+        .filter_map(|t| {
+            let mut hosted = t.hosted().peekable();
+            hosted.peek()?;
+            let bytes = hosted.map(|p| p.with_log(|l| l.size_bytes()).unwrap_or(0)).sum();
+            Some(Sample { labels: vec![("topic", t.meta.name.clone())], value: bytes })
+        })
+        .collect();
+    out.sort_by(|x, y| x.labels.cmp(&y.labels));
+    out
 }
 
 fn active_controller(b: &Broker) -> bool {

@@ -1,7 +1,7 @@
 //! Counters bumped on the request path (relaxed atomics: one add each), and the last consumer
 //! lag round ([`crate::lag`]), read by the metrics ([`crate::metrics`]) at each collection.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
@@ -24,6 +24,38 @@ pub struct Stats {
     produced_bytes: AtomicU64,
     fetched_bytes: AtomicU64,
     connections: AtomicI64,
+    /// Each topic's counters, by name: a topic's [`crate::broker::Topic`] holds its entry, so
+    /// the request path adds to it without a lookup, and the counts carry over the topic's
+    /// metadata changes (and its partitions moving away and back).
+    topics: Mutex<HashMap<String, Arc<TopicCounters>>>,
+}
+
+/// Traffic of one topic on this broker (Kafka's BrokerTopicMetrics with a topic tag).
+#[derive(Default, Debug)]
+pub struct TopicCounters {
+    produced_records: AtomicU64,
+    produced_bytes: AtomicU64,
+    fetched_bytes: AtomicU64,
+}
+
+impl TopicCounters {
+    pub fn produced(&self, records: u64, bytes: u64) {
+        self.produced_records.fetch_add(records, Ordering::Relaxed);
+        self.produced_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub fn fetched(&self, bytes: u64) {
+        self.fetched_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// (records produced, bytes produced, bytes fetched).
+    pub fn read(&self) -> (u64, u64, u64) {
+        (
+            self.produced_records.load(Ordering::Relaxed),
+            self.produced_bytes.load(Ordering::Relaxed),
+            self.fetched_bytes.load(Ordering::Relaxed),
+        )
+    }
 }
 
 impl Default for Stats {
@@ -34,6 +66,7 @@ impl Default for Stats {
             produced_bytes: AtomicU64::new(0),
             fetched_bytes: AtomicU64::new(0),
             connections: AtomicI64::new(0),
+            topics: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -75,6 +108,19 @@ impl Stats {
 
     pub fn connections(&self) -> i64 {
         self.connections.load(Ordering::Relaxed)
+    }
+
+    /// The counters of topic `name` (made on first use).
+    pub fn topic(&self, name: &str) -> Arc<TopicCounters> {
+        self.topics.lock().entry(name.to_owned()).or_default().clone()
+    }
+
+    /// Every topic's counters, by name. Those no [`crate::broker::Topic`] holds any more (the
+    /// topic was deleted, and the metadata view that had it is gone) are dropped first.
+    pub fn topics(&self) -> Vec<(String, Arc<TopicCounters>)> {
+        let mut topics = self.topics.lock();
+        topics.retain(|_, c| Arc::strong_count(c) > 1);
+        topics.iter().map(|(n, c)| (n.clone(), c.clone())).collect()
     }
 
     /// (API key, requests) for every API asked at least once.
@@ -128,5 +174,21 @@ impl LagBoard {
     /// Replaces the last round.
     pub fn publish(&self, round: Round) {
         *self.last.lock() = Arc::new(round);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_topics_counters_are_kept_while_a_topic_holds_them() {
+        let stats = Stats::default();
+        let held = stats.topic("orders");
+        held.produced(3, 300);
+        drop(stats.topic("deleted"));
+        stats.topic("orders").fetched(50);
+        let seen: Vec<_> = stats.topics().into_iter().map(|(n, c)| (n, c.read())).collect();
+        assert_eq!(seen, vec![("orders".to_string(), (3, 300, 50))]);
     }
 }

@@ -27,6 +27,7 @@ use super::Ctx;
 use crate::broker::Topic;
 use crate::errors::BrokerError;
 use crate::partition::Partition;
+use crate::stats::TopicCounters;
 
 /// A partition the request asks for, resolved once.
 struct Want {
@@ -43,12 +44,16 @@ struct Want {
     /// ... and the follower is not in its ISR: it waits while the throttle is exceeded.
     throttle_applies: bool,
     target: Result<Arc<Partition>, BrokerError>,
+    /// The topic's traffic counters (None: a topic this broker does not know).
+    counters: Option<Arc<TopicCounters>>,
 }
 
 /// What one pass over the wanted partitions gathered.
 struct Pass {
     topics: Vec<FetchableTopicResponse>,
     total: usize,
+    /// Bytes read for each want, in the wants' order (the per-topic metrics).
+    read: Vec<usize>,
     /// Of those, bytes of throttled partitions (the leader's replication throttle counts them).
     throttled: usize,
     any_error: bool,
@@ -76,11 +81,12 @@ fn read_once(
 ) -> Pass {
     let mut out: Vec<FetchableTopicResponse> = topics.to_vec();
     let mut total = 0usize;
+    let mut read = vec![0usize; wants.len()];
     let mut throttled = 0usize;
     let mut any_error = false;
     let now = crate::clock::now_ms();
     let hold_throttled = wants.iter().any(|w| w.throttle_applies) && ctx.broker.quotas.leader.exceeded(now);
-    for w in wants {
+    for (i, w) in wants.iter().enumerate() {
         let mut pd = empty_partition(w.partition_index);
         if read_committed {
             pd.aborted_transactions = Some(Vec::new());
@@ -117,6 +123,7 @@ fn read_once(
                             match plan.execute() {
                                 Ok(bytes) => {
                                     total += bytes.len();
+                                    read[i] += bytes.len();
                                     if w.throttled {
                                         throttled += bytes.len();
                                     }
@@ -153,7 +160,7 @@ fn read_once(
         }
         out[w.topic_slot].partitions.push(pd);
     }
-    Pass { topics: out, total, throttled, any_error }
+    Pass { topics: out, total, read, throttled, any_error }
 }
 
 /// The aborted transactions a read_committed consumer needs to filter `bytes`, read from
@@ -175,8 +182,13 @@ fn aborted_in(p: &Partition, fetch_offset: i64, bytes: &Bytes) -> Result<Vec<Abo
 }
 
 /// The response of the pass that ends the fetch; its bytes are counted (metrics, throttle).
-fn answer(ctx: &Ctx<'_>, mut resp: FetchResponse, pass: Pass) -> FetchResponse {
+fn answer(ctx: &Ctx<'_>, mut resp: FetchResponse, pass: Pass, wants: &[Want]) -> FetchResponse {
     ctx.broker.stats.fetched(pass.total as u64);
+    for (w, n) in wants.iter().zip(&pass.read) {
+        if let Some(c) = w.counters.as_ref().filter(|_| *n > 0) {
+            c.fetched(*n as u64);
+        }
+    }
     ctx.broker.quotas.leader.record(pass.throttled, crate::clock::now_ms());
     resp.responses = pass.topics;
     resp
@@ -229,6 +241,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
                 throttled,
                 throttle_applies,
                 target,
+                counters: topic.as_ref().map(|t| t.counters.clone()),
             });
         }
     }
@@ -250,7 +263,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
         let pass = read_once(ctx, &wants, &topics, max_total, read_committed, follower);
         let done = pass.total >= min_bytes || pass.any_error || watchers.is_empty();
         if done || tokio::time::Instant::now() >= deadline {
-            return answer(ctx, resp, pass);
+            return answer(ctx, resp, pass, &wants);
         }
         // A follower's fetch offset is applied (its log end on this leader); a long poll has no
         // further effect, so the connection's next request may start during the wait.
@@ -259,7 +272,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
         if tokio::time::timeout_at(deadline, changed).await.is_err() {
             // Timed out: answer with what there is now (possibly data that arrived at the edge).
             let pass = read_once(ctx, &wants, &topics, max_total, read_committed, follower);
-            return answer(ctx, resp, pass);
+            return answer(ctx, resp, pass, &wants);
         }
     }
 }

@@ -196,6 +196,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
         match result {
             Ok(a) => {
                 b.stats.produced(a.records as u64, a.bytes as u64);
+                r.topic.counters.produced(a.records as u64, a.bytes as u64);
                 let mut pr = PartitionProduceResponse::default();
                 pr.index = r.partition.index;
                 pr.base_offset = a.base_offset;
