@@ -1,0 +1,133 @@
+package main
+
+import (
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+)
+
+// The broker filter every per-broker query carries (instance: the broker's node id through the
+// collector, host:port when Prometheus scrapes /metrics itself).
+const inst = `instance=~"$instance"`
+
+func instanceVar() cog.Builder[dashboard.VariableModel] {
+	return labelVar("instance", "instance", "oxbow_broker_connections")
+}
+
+func boards() []Board {
+	return []Board{cluster(), topics(), groups(), quorum()}
+}
+
+func cluster() Board {
+	return Board{
+		UID:   "oxbow-cluster",
+		Title: "Oxbow / Cluster",
+		Help:  "Health, throughput and load of every broker of an Oxbow cluster",
+		Vars:  []cog.Builder[dashboard.VariableModel]{instanceVar()},
+		Rows: []Row{
+			{"Health", []cog.Builder[dashboard.Panel]{
+				Stat("Brokers reporting", "Brokers whose metrics arrive", "none", Info,
+					q(`count(oxbow_broker_connections)`, "")),
+				Stat("Active controllers", "Exactly 1 in a healthy cluster", "none", ExactlyOne,
+					q(`sum(oxbow_controller_active)`, "")),
+				Stat("Offline partitions", "Partitions without a leader: nobody can write or read them", "none", Bad,
+					q(`sum(oxbow_controller_partitions_offline)`, "")),
+				Stat("Under min ISR", "Partitions whose ISR is below min.insync.replicas: acks=all writes fail", "none", Bad,
+					q(`sum(oxbow_broker_partitions_under_min_isr)`, "")),
+				Stat("Under-replicated", "Partitions whose ISR is smaller than their replica set", "none", Bad,
+					q(`sum(oxbow_broker_partitions_under_replicated)`, "")),
+				Stat("Partitions", "Partitions in the cluster (counted at their leaders)", "none", Info,
+					q(`sum(oxbow_broker_partitions{role="leader"})`, "")),
+			}},
+			{"Throughput", []cog.Builder[dashboard.Panel]{
+				Graph("Bytes in", "Record batch bytes appended by producers, per broker", "Bps", 8,
+					q(`sum by (instance) (rate(oxbow_broker_produced_bytes_total{`+inst+`}[$__rate_interval]))`, "broker {{instance}}")),
+				Graph("Bytes out", "Record bytes served to consumers and followers, per broker", "Bps", 8,
+					q(`sum by (instance) (rate(oxbow_broker_fetched_bytes_total{`+inst+`}[$__rate_interval]))`, "broker {{instance}}")),
+				Graph("Records in", "Records appended by producers, per broker", "rps", 8,
+					q(`sum by (instance) (rate(oxbow_broker_produced_records_total{`+inst+`}[$__rate_interval]))`, "broker {{instance}}")),
+				Graph("Requests by API", "Kafka requests received, by API", "reqps", 24,
+					q(`sum by (api) (rate(oxbow_broker_requests_total{`+inst+`}[$__rate_interval]))`, "{{api}}")),
+			}},
+			{"Brokers", []cog.Builder[dashboard.Panel]{
+				Graph("Client connections", "Open client connections per broker", "none", 8,
+					q(`sum by (instance) (oxbow_broker_connections{`+inst+`})`, "broker {{instance}}")),
+				Graph("Partitions by role", "Partitions each broker leads and follows", "none", 8,
+					q(`sum by (instance, role) (oxbow_broker_partitions{`+inst+`})`, "broker {{instance}} {{role}}")),
+				Graph("Log size", "Bytes of log segments each broker holds", "bytes", 8,
+					q(`sum by (instance) (oxbow_broker_log_size_bytes{`+inst+`})`, "broker {{instance}}")),
+			}},
+		},
+	}
+}
+
+func topics() Board {
+	const t = `topic=~"$topic"`
+	return Board{
+		UID:   "oxbow-topics",
+		Title: "Oxbow / Topics",
+		Help:  "Traffic and size of each topic, summed over the brokers",
+		Vars:  []cog.Builder[dashboard.VariableModel]{labelVar("topic", "topic", "oxbow_topic_log_size_bytes")},
+		Rows: []Row{
+			{"Traffic", []cog.Builder[dashboard.Panel]{
+				Graph("Bytes in", "Record batch bytes appended by producers", "Bps", 8,
+					q(`sum by (topic) (rate(oxbow_topic_produced_bytes_total{`+t+`}[$__rate_interval]))`, "{{topic}}")),
+				Graph("Records in", "Records appended by producers", "rps", 8,
+					q(`sum by (topic) (rate(oxbow_topic_produced_records_total{`+t+`}[$__rate_interval]))`, "{{topic}}")),
+				Graph("Bytes out", "Record bytes served to consumers and followers", "Bps", 8,
+					q(`sum by (topic) (rate(oxbow_topic_fetched_bytes_total{`+t+`}[$__rate_interval]))`, "{{topic}}")),
+			}},
+			{"Size", []cog.Builder[dashboard.Panel]{
+				Graph("Log size (all replicas)", "Bytes of log segments over every replica of the topic", "bytes", 12,
+					q(`sum by (topic) (oxbow_topic_log_size_bytes{`+t+`})`, "{{topic}}")),
+				Graph("Log size by broker", "Bytes of the topic's log segments each broker holds", "bytes", 12,
+					q(`sum by (topic, instance) (oxbow_topic_log_size_bytes{`+t+`})`, "{{topic}} on {{instance}}")),
+			}},
+		},
+	}
+}
+
+func groups() Board {
+	const g = `group=~"$group"`
+	return Board{
+		UID:   "oxbow-consumer-groups",
+		Title: "Oxbow / Consumer groups",
+		Help:  "Consumer lag (computed by each group's coordinator) and group states",
+		Vars:  []cog.Builder[dashboard.VariableModel]{labelVar("group", "group", "oxbow_consumer_group_lag")},
+		Rows: []Row{
+			{"Lag", []cog.Builder[dashboard.Panel]{
+				Graph("Lag by group and topic", "Records a group has yet to consume: high watermark - committed offset, summed over the topic's partitions", "none", 12,
+					q(`sum by (group, topic) (oxbow_consumer_group_lag{`+g+`})`, "{{group}} / {{topic}}")),
+				Graph("Lag change over 5 minutes", "Growing lag (above 0) means the group consumes slower than producers write", "none", 12,
+					q(`sum by (group) (delta(oxbow_consumer_group_lag{`+g+`}[5m]))`, "{{group}}")),
+			}},
+			{"Groups", []cog.Builder[dashboard.Panel]{
+				Graph("Groups by state", "Groups coordinated in the cluster, by protocol type and state", "none", 12,
+					q(`sum by (type, state) (oxbow_coordinator_groups)`, "{{type}} {{state}}")),
+				Graph("Groups by coordinator", "Groups each broker coordinates", "none", 12,
+					q(`sum by (instance) (oxbow_coordinator_groups)`, "broker {{instance}}")),
+			}},
+		},
+	}
+}
+
+func quorum() Board {
+	return Board{
+		UID:   "oxbow-quorum",
+		Title: "Oxbow / Controller quorum",
+		Help:  "The Raft metadata quorum: which node is the active controller, terms (elections) and offline partitions",
+		Rows: []Row{
+			{"Controller", []cog.Builder[dashboard.Panel]{
+				Stat("Active controllers", "Exactly 1 in a healthy cluster", "none", ExactlyOne,
+					q(`sum(oxbow_controller_active)`, "")),
+				Stat("Elections in range", "Raft term changes seen by the quorum in the time range", "none", Info,
+					q(`max(changes(oxbow_quorum_term[$__range]))`, "")),
+				Stat("Offline partitions", "Partitions without a leader", "none", Bad,
+					q(`sum(oxbow_controller_partitions_offline)`, "")),
+				Graph("Active controller", "1 on the node that is the active controller", "none", 12,
+					q(`max by (instance) (oxbow_controller_active)`, "node {{instance}}")),
+				Graph("Raft term", "The quorum's term as each node sees it: a step is an election", "none", 12,
+					q(`max by (instance) (oxbow_quorum_term)`, "node {{instance}}")),
+			}},
+		},
+	}
+}
