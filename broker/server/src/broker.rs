@@ -498,7 +498,9 @@ impl Broker {
                 }
                 local.push(part);
             }
-            let counters = self.stats.topic(&t.name);
+            // The same topic (name and id) keeps its counts; a new one (or one deleted and
+            // created again under the same name) starts from zero.
+            let counters = existing.map_or_else(Default::default, |e| e.counters.clone());
             let topic = Topic::new(meta, t.partitions.clone(), local, me, self.liveness.clone(), &defaults, counters);
             if existing.is_some_and(|e| e.log_config != topic.log_config) {
                 for x in topic.hosted() {

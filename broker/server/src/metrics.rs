@@ -248,12 +248,22 @@ fn partition_counts(broker: &Broker) -> PartitionCounts {
     c
 }
 
-/// One sample per topic with traffic here: `pick` chooses the counter (records produced, bytes
-/// produced, bytes fetched). Deleted topics' counters go, and so do their series.
+/// One sample per topic hosted here or with traffic here: `pick` chooses the counter (records
+/// produced, bytes produced, bytes fetched). A deleted topic's series go with it.
 fn per_topic(b: &Broker, pick: fn((u64, u64, u64)) -> u64) -> Vec<Sample> {
-    let mut topics = b.stats.topics();
-    topics.sort_by(|x, y| x.0.cmp(&y.0));
-    topics.into_iter().map(|(topic, c)| Sample { labels: vec![("topic", topic)], value: pick(c.read()) }).collect()
+    let mut out: Vec<Sample> = b
+        .all_topics()
+        .into_iter()
+        .filter_map(|t| {
+            let counts = t.counters.read();
+            if counts == (0, 0, 0) && t.hosted().next().is_none() {
+                return None;
+            }
+            Some(Sample { labels: vec![("topic", t.meta.name.clone())], value: pick(counts) })
+        })
+        .collect();
+    out.sort_by(|x, y| x.labels.cmp(&y.labels));
+    out
 }
 
 /// Log bytes by topic, over the partitions hosted here (topics with none hosted have no sample).

@@ -1,7 +1,7 @@
 //! Counters bumped on the request path (relaxed atomics: one add each), and the last consumer
 //! lag round ([`crate::lag`]), read by the metrics ([`crate::metrics`]) at each collection.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
@@ -24,13 +24,12 @@ pub struct Stats {
     produced_bytes: AtomicU64,
     fetched_bytes: AtomicU64,
     connections: AtomicI64,
-    /// Each topic's counters, by name: a topic's [`crate::broker::Topic`] holds its entry, so
-    /// the request path adds to it without a lookup, and the counts carry over the topic's
-    /// metadata changes (and its partitions moving away and back).
-    topics: Mutex<HashMap<String, Arc<TopicCounters>>>,
 }
 
-/// Traffic of one topic on this broker (Kafka's BrokerTopicMetrics with a topic tag).
+/// Traffic of one topic on this broker (Kafka's BrokerTopicMetrics with a topic tag). The
+/// topic's [`crate::broker::Topic`] holds it, so the request path adds to it without a lookup;
+/// each new view of the same topic (name and id) takes it over, so the counts carry over
+/// metadata changes and partitions moving away and back, and they go with the topic.
 #[derive(Default, Debug)]
 pub struct TopicCounters {
     produced_records: AtomicU64,
@@ -66,7 +65,6 @@ impl Default for Stats {
             produced_bytes: AtomicU64::new(0),
             fetched_bytes: AtomicU64::new(0),
             connections: AtomicI64::new(0),
-            topics: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -108,19 +106,6 @@ impl Stats {
 
     pub fn connections(&self) -> i64 {
         self.connections.load(Ordering::Relaxed)
-    }
-
-    /// The counters of topic `name` (made on first use).
-    pub fn topic(&self, name: &str) -> Arc<TopicCounters> {
-        self.topics.lock().entry(name.to_owned()).or_default().clone()
-    }
-
-    /// Every topic's counters, by name. Those no [`crate::broker::Topic`] holds any more (the
-    /// topic was deleted, and the metadata view that had it is gone) are dropped first.
-    pub fn topics(&self) -> Vec<(String, Arc<TopicCounters>)> {
-        let mut topics = self.topics.lock();
-        topics.retain(|_, c| Arc::strong_count(c) > 1);
-        topics.iter().map(|(n, c)| (n.clone(), c.clone())).collect()
     }
 
     /// (API key, requests) for every API asked at least once.
@@ -174,21 +159,5 @@ impl LagBoard {
     /// Replaces the last round.
     pub fn publish(&self, round: Round) {
         *self.last.lock() = Arc::new(round);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_topics_counters_are_kept_while_a_topic_holds_them() {
-        let stats = Stats::default();
-        let held = stats.topic("orders");
-        held.produced(3, 300);
-        drop(stats.topic("deleted"));
-        stats.topic("orders").fetched(50);
-        let seen: Vec<_> = stats.topics().into_iter().map(|(n, c)| (n, c.read())).collect();
-        assert_eq!(seen, vec![("orders".to_string(), (3, 300, 50))]);
     }
 }

@@ -3,7 +3,7 @@
 // (OTLP in; Prometheus, OTLP or debug out; batching and a memory limit between).
 //
 // It is built from its Go modules (go.mod pins one collector release) by tests/observability/build,
-// cached by content, and is what the observability test and the Helm chart's collector run.
+// cached by content, and is what the observability test runs (tests/observability).
 package main
 
 import (

@@ -27,10 +27,10 @@ func cluster() Board {
 			{"Health", []cog.Builder[dashboard.Panel]{
 				Stat("Brokers reporting", "Brokers whose metrics arrive", "none", Info,
 					q(`count(oxbow_broker_connections)`, "")),
-				Stat("Active controllers", "Exactly 1 in a healthy cluster", "none", ExactlyOne,
+				Stat("Active controllers", "Exactly 1 in a healthy cluster (a stopped controller counts until its series expire)", "none", ExactlyOne,
 					q(`sum(oxbow_controller_active)`, "")),
 				Stat("Offline partitions", "Partitions without a leader: nobody can write or read them", "none", Bad,
-					q(`sum(oxbow_controller_partitions_offline)`, "")),
+					q(`max(oxbow_controller_partitions_offline)`, "")),
 				Stat("Under min ISR", "Partitions whose ISR is below min.insync.replicas: acks=all writes fail", "none", Bad,
 					q(`sum(oxbow_broker_partitions_under_min_isr)`, "")),
 				Stat("Under-replicated", "Partitions whose ISR is smaller than their replica set", "none", Bad,
@@ -73,7 +73,7 @@ func topics() Board {
 					q(`sum by (topic) (rate(oxbow_topic_produced_bytes_total{`+t+`}[$__rate_interval]))`, "{{topic}}")),
 				Graph("Records in", "Records appended by producers", "rps", 8,
 					q(`sum by (topic) (rate(oxbow_topic_produced_records_total{`+t+`}[$__rate_interval]))`, "{{topic}}")),
-				Graph("Bytes out", "Record bytes served to consumers and followers", "Bps", 8,
+				Graph("Bytes out (consumers and followers)", "Record bytes served to consumers and to followers replicating the topic", "Bps", 8,
 					q(`sum by (topic) (rate(oxbow_topic_fetched_bytes_total{`+t+`}[$__rate_interval]))`, "{{topic}}")),
 			}},
 			{"Size", []cog.Builder[dashboard.Panel]{
@@ -96,9 +96,9 @@ func groups() Board {
 		Rows: []Row{
 			{"Lag", []cog.Builder[dashboard.Panel]{
 				Graph("Lag by group and topic", "Records a group has yet to consume: high watermark - committed offset, summed over the topic's partitions", "none", 12,
-					q(`sum by (group, topic) (oxbow_consumer_group_lag{`+g+`})`, "{{group}} / {{topic}}")),
+					q(`max by (group, topic) (oxbow_consumer_group_lag{`+g+`})`, "{{group}} / {{topic}}")),
 				Graph("Lag change over 5 minutes", "Growing lag (above 0) means the group consumes slower than producers write", "none", 12,
-					q(`sum by (group) (delta(oxbow_consumer_group_lag{`+g+`}[5m]))`, "{{group}}")),
+					q(`sum by (group) (max by (group, topic) (delta(oxbow_consumer_group_lag{`+g+`}[5m])))`, "{{group}}")),
 			}},
 			{"Groups", []cog.Builder[dashboard.Panel]{
 				Graph("Groups by state", "Groups coordinated in the cluster, by protocol type and state", "none", 12,
@@ -122,7 +122,7 @@ func quorum() Board {
 				Stat("Elections in range", "Raft term changes seen by the quorum in the time range", "none", Info,
 					q(`max(changes(oxbow_quorum_term[$__range]))`, "")),
 				Stat("Offline partitions", "Partitions without a leader", "none", Bad,
-					q(`sum(oxbow_controller_partitions_offline)`, "")),
+					q(`max(oxbow_controller_partitions_offline)`, "")),
 				Graph("Active controller", "1 on the node that is the active controller", "none", 12,
 					q(`max by (instance) (oxbow_controller_active)`, "node {{instance}}")),
 				Graph("Raft term", "The quorum's term as each node sees it: a step is an election", "none", 12,

@@ -151,7 +151,9 @@ func main() {
 		os.Exit(2)
 	}
 	stale := 0
+	written := map[string]bool{}
 	for _, b := range boards() {
+		written[b.UID+".json"] = true
 		d, err := b.build()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "dashboard %s: %v\n", b.UID, err)
@@ -176,6 +178,14 @@ func main() {
 			os.Exit(1)
 		}
 		fmt.Println("wrote", path)
+	}
+	// A JSON file no board writes any more is stale too (a removed or renamed dashboard).
+	old, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	for _, path := range old {
+		if !written[filepath.Base(path)] {
+			fmt.Fprintf(os.Stderr, "%s: no dashboard in main.go writes it: delete it\n", path)
+			stale++
+		}
 	}
 	if stale > 0 {
 		os.Exit(1)
