@@ -71,9 +71,20 @@ def topic_view(adm: AdminClient) -> dict[str, tuple]:
     }
 
 
-def topic_ids(adm: AdminClient, names: list[str]) -> dict[str, str]:
-    futs = adm.describe_topics(TopicCollection(names), request_timeout=15)
-    return {name: str(f.result(timeout=20).topic_id) for name, f in futs.items()}
+def topic_ids(adm: AdminClient, names: list[str], timeout: float = 30) -> dict[str, str]:
+    """Each topic's id as DescribeTopics answers. UNKNOWN_TOPIC_OR_PART is asked again until
+    `timeout`: the broker the client asks may not have applied the topic yet (a node's image,
+    GET /metadata, can be ahead of its Metadata answers by one publish; Kafka's brokers, too,
+    apply metadata one after another). Seen once after a partition healed (2026-12-05)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        futs = adm.describe_topics(TopicCollection(names), request_timeout=15)
+        try:
+            return {name: str(f.result(timeout=20).topic_id) for name, f in futs.items()}
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
 
 
 def test_topics_created_through_any_node_are_seen_by_every_node(cluster_factory):
