@@ -240,6 +240,7 @@ def kcat(*args, input=None):
 
 
 PRODUCE_JAVA = os.path.join(ROOT, "tests", "clients", "java", "Produce.java")
+PRODUCER_LOG4J = os.path.join(ROOT, "tests", "k8s", "load-producer-log4j.properties")
 
 
 class Load:
@@ -262,8 +263,8 @@ class Load:
         self.acked_file, self.stop_file = os.path.join(self.dir, "acked"), os.path.join(self.dir, "stop")
         self.producer_log = open(os.path.join(self.dir, "producer.log"), "w+")
         self.producer = subprocess.Popen(
-            ["java", f"-Djdk.net.hosts.file={HOSTS}", "-Dlog4j.configuration=file:/dev/null", "-cp", java_classpath(),
-             PRODUCE_JAVA, self.bootstrap, "load", "j", self.acked_file, self.stop_file, "500"],
+            ["java", f"-Djdk.net.hosts.file={HOSTS}", f"-Dlog4j.configuration=file:{PRODUCER_LOG4J}", "-cp",
+             java_classpath(), PRODUCE_JAVA, self.bootstrap, "load", "j", self.acked_file, self.stop_file, "500"],
             stdout=subprocess.PIPE, stderr=self.producer_log, text=True)
         self.consumed = open(os.path.join(self.dir, "consumed"), "w+")
         self.consumer = subprocess.Popen(
@@ -298,7 +299,9 @@ class Load:
         with open(self.acked_file) as f:
             acked = set(f.read().split())
         if not acked or summary["failed"]:
-            fail(f"load producer: {summary}")
+            self.producer_log.seek(0)
+            fail(f"load producer: {summary}\nits log (first 60 lines):\n"
+                 + "".join(self.producer_log.readlines()[:60]) + broker_log_lines("events", REFUSALS))
         wait("the consumer that ran throughout to read every acknowledged record",
              lambda: acked <= set(self.consumed_keys()), 180)
         self.consumer.terminate()
@@ -313,6 +316,24 @@ class Load:
              f"{summary['longest_stall_ms']} ms")
         if lost or dup:
             fail(f"lost {sorted(lost)[:10]}, {dup} duplicated")
+
+
+# Broker log lines that tell what happened to an idempotent producer's writes.
+REFUSALS = ("produce refused", "truncating", "leader change", "fetch answer")
+
+
+def broker_log_lines(cluster, needles, last=30):
+    """The last `last` lines of each broker's log that contain one of `needles` (for failures)."""
+    pods = kjson("get", "pods", "-n", NS, "-l",
+                 f"app.kubernetes.io/instance={cluster},app.kubernetes.io/component=broker")["items"]
+    out = []
+    for p in pods:
+        name = p["metadata"]["name"]
+        logs = kubectl("logs", "-n", NS, name, "--tail=20000", check=False)
+        lines = [line for line in logs.splitlines() if any(n in line for n in needles)]
+        out.append(f"\n--- {name}: {len(lines)} lines about produce refusals and truncation, the last {last}:\n"
+                   + "\n".join(lines[-last:]))
+    return "".join(out)
 
 
 def placement():

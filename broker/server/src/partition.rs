@@ -40,6 +40,38 @@ impl Inner {
         self.log.producer_state().get(producer_id).is_some_and(|e| e.txn_first_offset.is_some() && e.epoch == epoch)
     }
 
+    /// A write from a client or a coordinator: only while this replica leads, checked under the
+    /// partition lock as Kafka's `appendRecordsToLeader` does under its leader lock. The
+    /// request was routed by the published metadata view, which a new image replaces only after
+    /// every partition took its replica state: a write that passed the view's check while this
+    /// broker was losing the leadership must not land in what is now a follower's log, under
+    /// the new leader's epoch.
+    fn check_leader(&self, node: i32, topic: &str, index: i32) -> Result<(), BrokerError> {
+        if self.replica.leader == node {
+            Ok(())
+        } else {
+            Err(BrokerError::NotLeader(format!(
+                "broker {node} does not lead {topic}-{index} (leader: {})",
+                self.replica.leader
+            )))
+        }
+    }
+
+    /// A follower's change from what the leader sent: only while this replica still follows
+    /// `from`, at the leader and leader epoch the request was sent under. A fetch or an epoch
+    /// check in flight across a leadership change is dropped, as Kafka's fetcher drops the
+    /// answers for partitions removed from it.
+    fn check_following(&self, from: Following) -> Result<(), BrokerError> {
+        if self.replica.leader == from.leader && self.replica.leader_epoch == from.leader_epoch {
+            Ok(())
+        } else {
+            Err(BrokerError::FencedLeaderEpoch(format!(
+                "asked leader {} at leader epoch {}; the leader is now {} at leader epoch {}",
+                from.leader, from.leader_epoch, self.replica.leader, self.replica.leader_epoch
+            )))
+        }
+    }
+
     /// acks=all: the ISR must have at least `min_insync` replicas before a write.
     fn check_min_insync(&self, min_insync: Option<i32>) -> Result<(), BrokerError> {
         match min_insync {
@@ -117,6 +149,14 @@ pub struct Marker {
     pub producer_epoch: i16,
     pub coordinator_epoch: i32,
     pub commit: bool,
+}
+
+/// The leader and leader epoch a follower sent a request under (see
+/// [`Partition::append_replicated`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Following {
+    pub leader: i32,
+    pub leader_epoch: i32,
 }
 
 /// Offsets of a partition at one instant.
@@ -277,6 +317,7 @@ impl Partition {
         txn: Option<TxnWrite>,
     ) -> Result<AppendResult, BrokerError> {
         let (result, hw) = self.with(|i| {
+            i.check_leader(self.node, &self.topic, self.index)?;
             i.check_min_insync(min_insync)?;
             if let Some(t) = txn
                 && let Some(guard) = t.guard
@@ -313,6 +354,7 @@ impl Partition {
         now_ms: i64,
     ) -> Result<AppendResult, BrokerError> {
         let (result, hw) = self.with(|i| {
+            i.check_leader(self.node, &self.topic, self.index)?;
             i.check_min_insync(min_insync)?;
             let epoch = i.replica.leader_epoch;
             let Marker { producer_id, producer_epoch, coordinator_epoch, commit } = marker;
@@ -411,19 +453,22 @@ impl Partition {
     }
 
     /// Follower: appends what the leader sent and takes its high watermark (never past the
-    /// local log end). Returns the new log end.
+    /// local log end), if this replica still follows `from` (FENCED_LEADER_EPOCH if not, and
+    /// nothing changes). Returns the new log end.
     ///
     /// The leader's log start offset moves this one's too (DeleteRecords, retention), up to
     /// this replica's high watermark, as Kafka's follower does: records deleted on the leader
     /// do not come back when this replica leads.
     pub fn append_replicated(
         &self,
+        from: Following,
         records: &[u8],
         leader_hw: i64,
         leader_log_start: i64,
         now_ms: i64,
     ) -> Result<i64, BrokerError> {
         let (hw, leo) = self.with(|i| {
+            i.check_following(from)?;
             i.log.append_as_follower(records, now_ms)?;
             let leo = i.log.log_end_offset();
             i.log.set_high_watermark(leader_hw.min(leo));
@@ -441,10 +486,16 @@ impl Partition {
 
     /// Follower: the leader answered OFFSET_OUT_OF_RANGE and its log starts at
     /// `leader_log_start`. If this log ends below that, it cannot catch up by fetching: it
-    /// starts again, empty, at the leader's log start (Kafka's follower does the same).
-    /// Returns whether it did.
-    pub fn restart_below_leader_start(&self, leader_log_start: i64, now_ms: i64) -> Result<bool, BrokerError> {
+    /// starts again, empty, at the leader's log start (Kafka's follower does the same), if this
+    /// replica still follows `from`. Returns whether it did.
+    pub fn restart_below_leader_start(
+        &self,
+        from: Following,
+        leader_log_start: i64,
+        now_ms: i64,
+    ) -> Result<bool, BrokerError> {
         let moved = self.with(|i| {
+            i.check_following(from)?;
             if i.log.log_end_offset() >= leader_log_start {
                 return Ok(None);
             }
@@ -468,9 +519,11 @@ impl Partition {
         self.with(|i| Ok(i.log.end_offset_for_epoch(epoch)))
     }
 
-    /// Follower: drops the log from `offset` on (it diverged from the leader's).
-    pub fn truncate_to(&self, offset: i64, now_ms: i64) -> Result<i64, BrokerError> {
+    /// Follower: drops the log from `offset` on (it diverged from the leader's), if this replica
+    /// still follows `from`.
+    pub fn truncate_to(&self, from: Following, offset: i64, now_ms: i64) -> Result<i64, BrokerError> {
         let (hw, leo) = self.with(|i| {
+            i.check_following(from)?;
             let leo = i.log.truncate_to(offset, now_ms)?;
             Ok((i.log.high_watermark(), leo))
         })?;

@@ -29,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
 use crate::clock::now_ms;
-use crate::partition::Partition;
+use crate::errors::BrokerError;
+use crate::partition::{Following, Partition};
 
 /// How long a follower's fetch waits at the leader for new data.
 const FETCH_WAIT_MS: i32 = 500;
@@ -49,6 +50,7 @@ type Key = (Arc<str>, i32);
 #[derive(Clone)]
 struct Followed {
     topic: Arc<str>,
+    leader: i32,
     leader_epoch: i32,
     part: Arc<Partition>,
     /// Listed in the topic's `follower.replication.throttled.replicas` for this broker.
@@ -61,6 +63,19 @@ impl Followed {
     fn key(&self) -> Key {
         (self.topic.clone(), self.part.index)
     }
+
+    /// What this replica's log may take from the leader's answers: only while it still follows
+    /// that leader at that leader epoch.
+    fn from(&self) -> Following {
+        Following { leader: self.leader, leader_epoch: self.leader_epoch }
+    }
+}
+
+/// The partition no longer follows the leader and leader epoch a request was sent under (the
+/// metadata moved on while it was in flight): its answer is dropped, and the next round asks
+/// under the new state.
+fn moved_on(e: &BrokerError) -> bool {
+    matches!(e, BrokerError::FencedLeaderEpoch(_))
 }
 
 /// Keeps one fetcher per leader broker for the partitions this broker follows, following every
@@ -83,6 +98,7 @@ pub async fn run(broker: Arc<Broker>, stop: CancellationToken) {
                 if let Some(p) = t.partition(s.partition) {
                     want.entry(s.leader).or_default().push(Followed {
                         topic: name.clone(),
+                        leader: s.leader,
                         leader_epoch: s.leader_epoch,
                         part: p.clone(),
                         throttled: t.follower_throttled.contains(s.partition),
@@ -254,25 +270,31 @@ async fn check_epochs(
                 continue;
             }
             let now = now_ms();
+            let from = f.from();
             let done = match latest {
                 // Nothing written under any epoch here: nothing to reconcile.
                 None => true,
                 Some(_) if r.leader_epoch < 0 || r.end_offset < 0 => {
                     // The leader knows no such epoch: keep only what is known committed.
                     let hw = f.part.offsets().map(|o| o.high_watermark).unwrap_or(0);
-                    let _ = f.part.truncate_to(hw, now);
-                    true
+                    !matches!(f.part.truncate_to(from, hw, now), Err(e) if moved_on(&e))
                 }
                 Some(mine) if r.leader_epoch == *mine => {
                     let (leo, _) = f.part.log_end_and_epoch().unwrap_or((0, None));
                     if r.end_offset < leo {
                         tracing::info!(topic = %topic, partition = r.partition, from = leo, to = r.end_offset, "truncating: the leader's log diverges here");
-                        if let Err(e) = f.part.truncate_to(r.end_offset, now) {
-                            refused = true;
-                            tracing::warn!(topic = %topic, partition = r.partition, error = %e, "cannot truncate");
+                        match f.part.truncate_to(from, r.end_offset, now) {
+                            Ok(_) => true,
+                            Err(e) if moved_on(&e) => false,
+                            Err(e) => {
+                                refused = true;
+                                tracing::warn!(topic = %topic, partition = r.partition, error = %e, "cannot truncate");
+                                true
+                            }
                         }
+                    } else {
+                        true
                     }
-                    true
                 }
                 Some(_) => {
                     // The leader's largest epoch at most ours is older: our own end of that
@@ -281,12 +303,13 @@ async fn check_epochs(
                     let (_, own_end) = f.part.end_offset_for_epoch(r.leader_epoch).unwrap_or((-1, 0));
                     let to = r.end_offset.min(own_end.max(0));
                     let before = f.part.log_end_and_epoch().ok();
-                    match f.part.truncate_to(to, now) {
+                    match f.part.truncate_to(from, to, now) {
                         Ok(_) => {
                             let after = f.part.log_end_and_epoch().ok();
                             tracing::info!(topic = %topic, partition = r.partition, to, leader_epoch = r.leader_epoch, "truncating to the leader's epoch");
                             after == before
                         }
+                        Err(e) if moved_on(&e) => false,
                         Err(e) => {
                             refused = true;
                             tracing::warn!(topic = %topic, partition = r.partition, error = %e, "cannot truncate");
@@ -360,12 +383,13 @@ async fn fetch_once(
                 // This log ends below the leader's start (away while retention or DeleteRecords
                 // passed it): start again there; fetching where it ends can never succeed.
                 if e == PeerError::OffsetOutOfRange && p.log_start_offset >= 0 {
-                    match f.part.restart_below_leader_start(p.log_start_offset, now_ms()) {
+                    match f.part.restart_below_leader_start(f.from(), p.log_start_offset, now_ms()) {
                         Ok(true) => {
                             tracing::info!(topic = %topic, partition = p.partition_index, start = p.log_start_offset, "replica restarted at the leader's log start");
                             continue;
                         }
                         Ok(false) => {}
+                        Err(e) if moved_on(&e) => continue,
                         Err(e) => {
                             tracing::warn!(topic = %topic, partition = p.partition_index, error = %e, "cannot restart the replica at the leader's log start")
                         }
@@ -379,9 +403,15 @@ async fn fetch_once(
             if f.throttled {
                 quota.record(records.len(), now_ms());
             }
-            if let Err(e) = f.part.append_replicated(&records, p.high_watermark, p.log_start_offset, now_ms()) {
-                wait = true;
-                tracing::warn!(topic = %topic, partition = p.partition_index, error = %e, "cannot append replicated records");
+            match f.part.append_replicated(f.from(), &records, p.high_watermark, p.log_start_offset, now_ms()) {
+                Ok(_) => {}
+                Err(e) if moved_on(&e) => {
+                    tracing::debug!(topic = %topic, partition = p.partition_index, error = %e, "dropping a fetch answer from before a leadership change");
+                }
+                Err(e) => {
+                    wait = true;
+                    tracing::warn!(topic = %topic, partition = p.partition_index, error = %e, "cannot append replicated records");
+                }
             }
         }
     }

@@ -213,7 +213,13 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
                 }
             }
             Err(e) => {
-                if !matches!(e, BrokerError::OutOfOrderSequence(_)) {
+                if matches!(e, BrokerError::OutOfOrderSequence(_) | BrokerError::InvalidProducerEpoch(_)) {
+                    // What an idempotent producer then does (bump its epoch, fail the batch)
+                    // is visible to the application: say where the log stood.
+                    let at = r.partition.offsets().ok();
+                    tracing::info!(topic = %r.topic.meta.name, partition = r.partition.index, error = %e,
+                        leader_epoch = at.map(|o| o.leader_epoch), log_end = at.map(|o| o.log_end), "produce refused");
+                } else {
                     tracing::debug!(topic = %r.topic.meta.name, partition = r.partition.index, error = %e, "produce failed");
                 }
                 *slot = partition_error(r.partition.index, &e);

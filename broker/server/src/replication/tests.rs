@@ -118,8 +118,26 @@ fn follower_of(
     Arc::new(Partition::new(Arc::from(TOPIC), index, 0, ME, log, replica))
 }
 
+/// The replica state a metadata image gives this follower: `LEADER` leads at `leader_epoch`.
+fn follower_state(leader: i32, leader_epoch: i32) -> ReplicaState {
+    let mut replica = ReplicaState::single(leader, leader_epoch);
+    replica.replicas = vec![LEADER, ME];
+    replica.isr = vec![LEADER, ME];
+    replica
+}
+
+/// `part` following `LEADER` at `leader_epoch`, as the fetcher sees it once the image that
+/// says so is applied (the partition took that replica state first).
 fn followed(part: &Arc<Partition>, leader_epoch: i32) -> Followed {
-    Followed { topic: Arc::from(TOPIC), leader_epoch, part: part.clone(), throttled: false, in_sync: true }
+    part.set_replica(follower_state(LEADER, leader_epoch), 0);
+    Followed {
+        topic: Arc::from(TOPIC),
+        leader: LEADER,
+        leader_epoch,
+        part: part.clone(),
+        throttled: false,
+        in_sync: true,
+    }
 }
 
 fn log_end(part: &Partition) -> i64 {
@@ -271,4 +289,95 @@ async fn a_throttled_replica_out_of_the_isr_waits_while_the_throttle_is_exceeded
     let mut leader = ScriptedLeader::default();
     assert!(fetch_once(&mut leader, ME, &[throttled], &quota).await.unwrap());
     assert!(leader.asked_fetches.is_empty());
+}
+
+/// A leader whose answer arrives after something else happened to the follower (`meanwhile`,
+/// run before the scripted answer is returned): the metadata moving on while a request is in
+/// flight.
+struct LateLeader<F: FnMut()> {
+    inner: ScriptedLeader,
+    meanwhile: F,
+}
+
+impl<F: FnMut()> Leader for LateLeader<F> {
+    async fn offsets_for_leader_epoch(
+        &mut self,
+        req: &OffsetForLeaderEpochRequest,
+    ) -> Result<OffsetForLeaderEpochResponse, ConnectionError> {
+        (self.meanwhile)();
+        self.inner.offsets_for_leader_epoch(req).await
+    }
+
+    async fn fetch(&mut self, req: &FetchRequest) -> Result<FetchResponse, ConnectionError> {
+        (self.meanwhile)();
+        self.inner.fetch(req).await
+    }
+}
+
+#[tokio::test]
+async fn a_fetch_answer_from_before_this_replica_became_leader_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let part = follower(&dir, &[(0, 0, 5)], 5);
+    let f = followed(&part, 0);
+    // The old leader's answer carries 5..9, but by then this replica leads under epoch 1 from
+    // its log end 5: what it writes now goes there, and the old leader's tail must not.
+    let mut leader = LateLeader {
+        inner: ScriptedLeader { fetches: VecDeque::from([fetched(Some(batch(0, 5, 9)), 9, 0)]), ..Default::default() },
+        meanwhile: || part.set_replica(follower_state(ME, 1), 0),
+    };
+    let quota = ReplicationQuota::new(i64::MAX, 11, 1000);
+    let wait = fetch_once(&mut leader, ME, std::slice::from_ref(&f), &quota).await.unwrap();
+    assert!(!wait, "not an error to back off from: the fetcher follows the new state next");
+    let o = part.offsets().unwrap();
+    assert_eq!((o.log_end, o.leader_epoch), (5, 1), "the answer was dropped");
+    assert_eq!(part.end_offset_for_epoch(1).unwrap(), (1, 5), "epoch 1 starts at 5 and holds nothing yet");
+}
+
+#[tokio::test]
+async fn a_fetch_answer_under_an_older_leader_epoch_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let part = follower(&dir, &[(0, 0, 5)], 5);
+    let f = followed(&part, 0);
+    // The same leader, re-elected under epoch 1 meanwhile: the answer was for epoch 0.
+    let mut leader = LateLeader {
+        inner: ScriptedLeader { fetches: VecDeque::from([fetched(Some(batch(0, 5, 9)), 9, 0)]), ..Default::default() },
+        meanwhile: || part.set_replica(follower_state(LEADER, 1), 0),
+    };
+    let quota = ReplicationQuota::new(i64::MAX, 11, 1000);
+    fetch_once(&mut leader, ME, std::slice::from_ref(&f), &quota).await.unwrap();
+    assert_eq!(log_end(&part), 5);
+}
+
+#[tokio::test]
+async fn an_epoch_check_answered_after_a_leadership_change_truncates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let part = follower(&dir, &[(0, 0, 5), (1, 5, 10)], 5);
+    let f = followed(&part, 2);
+    // The answer says to cut back to 7, but this replica leads meanwhile: its log is the log.
+    let mut leader = LateLeader {
+        inner: ScriptedLeader { epochs: VecDeque::from([epoch_end(1, 7)]), ..Default::default() },
+        meanwhile: || part.set_replica(follower_state(ME, 3), 0),
+    };
+    let mut checked = HashMap::new();
+    let refused = check_epochs(&mut leader, ME, &[&f], &mut checked).await.unwrap();
+    assert!(!refused);
+    assert_eq!(log_end(&part), 10);
+    assert!(checked.is_empty(), "not checked: the fetcher asks again under the new state, if it still follows");
+}
+
+#[tokio::test]
+async fn a_replica_that_no_longer_leads_refuses_writes_before_its_view_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let part = follower(&dir, &[(0, 0, 5)], 5);
+    part.set_replica(follower_state(ME, 1), 0);
+    let records = batch(-1, 0, 2);
+    let batches = oxbow_log::batch::validate_produce(&records, usize::MAX).unwrap();
+    part.append(&records, &batches, None, 0).expect("the leader takes a write");
+    assert_eq!(log_end(&part), 7);
+    // A new image made LEADER the leader; a request routed by the view from before still
+    // reaches this partition.
+    part.set_replica(follower_state(LEADER, 2), 0);
+    let e = part.append(&records, &batches, None, 0).expect_err("a follower takes no client write");
+    assert!(matches!(e, BrokerError::NotLeader(_)), "{e:?}");
+    assert_eq!(log_end(&part), 7);
 }
