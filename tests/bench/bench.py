@@ -156,6 +156,8 @@ def serving(port: int) -> bool:
 
 class Broker:
     name = "?"
+    #: Environment variables the broker process gets on top of this one's.
+    env: dict[str, str] = {}
 
     def __init__(self, workdir: Path, classpath: str, certs: Path | None = None):
         self.workdir = workdir
@@ -174,7 +176,7 @@ class Broker:
         """Starts the broker; returns seconds from spawn to serving."""
         out = open(self.logfile, "ab")
         t0 = time.monotonic()
-        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"})
+        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1", **self.env})
         deadline = t0 + 300
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from oxbow_cluster import Cluster
 from oxbow_harness import consume_all, read_batches, require_broker_binary, segment_files, wait_until
+from test_telemetry import scrape
 
 
 @pytest.fixture
@@ -83,6 +84,13 @@ class Load:
         self.t.join(90)
 
 
+def isr_changes(node) -> tuple[float, float]:
+    """(ISR expands, ISR shrinks) the node counted as a leader, from its GET /metrics."""
+    types, _, series = scrape(f"http://{node.host}:{node.http_port}/metrics")
+    assert types["oxbow_broker_isr_expands_total"] == types["oxbow_broker_isr_shrinks_total"] == "counter"
+    return series["oxbow_broker_isr_expands_total"], series["oxbow_broker_isr_shrinks_total"]
+
+
 def consumed_values(node, topic: str, n: int = 3) -> list[str]:
     got = consume_all(node, topic, partitions=range(n))
     return [r.value.decode() for recs in got.values() for r in recs]
@@ -117,8 +125,15 @@ def test_leader_sigkilled_under_acks_all_load_loses_no_acknowledged_record(clust
 
     # The killed broker comes back, catches up, rejoins every ISR; given back its preferred
     # leaderships it serves everything itself.
+    shrinks = sum(isr_changes(n)[1] for n in survivors)
     cluster.node(victim).start()
     wait_until(lambda: full_isr(adm, "repl", [1, 2, 3]), 60, "the restarted broker rejoins every ISR")
+    # Each partition's leader (a survivor, none restarted) took it back in: an accepted expand
+    # each, counted on the leaders' /metrics (Kafka's IsrExpandsPerSec). The shrinks before it
+    # depend on whether the leaders or the controller (fencing the dead broker) removed it.
+    expands = sum(isr_changes(n)[0] for n in survivors)
+    print(f"ISR expands on the survivors: {expands}; shrinks before the restart: {shrinks}")
+    assert expands >= len(before), f"{expands} ISR expands counted for {len(before)} partitions rejoined"
     result = adm.elect_leaders(ElectionType.PREFERRED, [TopicPartition("repl", p) for p in before]).result(timeout=40)
     assert all(e is None or e.name() == "ELECTION_NOT_NEEDED" for e in result.values()), result
     wait_until(lambda: partitions(adm, "repl")[0][0] == victim, 30, "preferred leader restored")

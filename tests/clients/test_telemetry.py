@@ -127,7 +127,8 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
     create_topic(b, "scraped", 3)
     create_topic(b, "strict", 2, config={"min.insync.replicas": "2"})
     create_topic(b, "lagging", 1)
-    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
+    # Idempotent: one producer id, with state in each partition it writes to.
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "enable.idempotence": True})
     for i in range(500):
         p.produce("scraped", value=b"y" * 100, partition=i % 3)
         p.produce("lagging", value=b"z" * 10)
@@ -163,6 +164,9 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
         "oxbow_broker_partitions": "gauge",
         "oxbow_broker_partitions_under_replicated": "gauge",
         "oxbow_broker_partitions_under_min_isr": "gauge",
+        "oxbow_broker_isr_expands_total": "counter",
+        "oxbow_broker_isr_shrinks_total": "counter",
+        "oxbow_broker_producer_ids": "gauge",
         "oxbow_broker_log_size_bytes": "gauge",
         "oxbow_topic_produced_records_total": "counter",
         "oxbow_topic_produced_bytes_total": "counter",
@@ -188,6 +192,10 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
     assert s['oxbow_broker_partitions{role="follower"}'] == 0
     assert s["oxbow_broker_partitions_under_replicated"] == 0
     assert s["oxbow_broker_partitions_under_min_isr"] == 2
+    # One broker: no ISR ever changes (test_replication.py counts expands on three nodes).
+    assert s["oxbow_broker_isr_expands_total"] == s["oxbow_broker_isr_shrinks_total"] == 0
+    # The producer's state in scraped's 3 partitions and lagging's 1.
+    assert s["oxbow_broker_producer_ids"] == 3 + 1
     assert s["oxbow_broker_connections"] >= 1  # the producer's
     assert s["oxbow_broker_log_size_bytes"] >= produced
     # Per topic: records and bytes in add up to the broker's; nothing was appended to strict.

@@ -11,6 +11,7 @@
 //! [`IsrQueue`] is the pure part (no I/O, no clock); [`run`] is the task, owned by `Server`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use indexmap::IndexMap;
@@ -88,9 +89,18 @@ pub struct Queued {
 pub struct IsrChanges {
     queue: Mutex<IsrQueue<(Uuid, i32), Queued, Arc<Partition>>>,
     wake: Notify,
+    /// Changes the controller accepted that added a follower (Kafka's IsrExpandsPerSec).
+    expands: AtomicU64,
+    /// Changes the controller accepted that removed followers (Kafka's IsrShrinksPerSec).
+    shrinks: AtomicU64,
 }
 
 impl IsrChanges {
+    /// ISR expands and shrinks of partitions led here that the controller accepted.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.expands.load(Ordering::Relaxed), self.shrinks.load(Ordering::Relaxed))
+    }
+
     /// Queues an ISR change for partition `part` of topic `topic_id`.
     pub fn submit(&self, topic_id: Uuid, part: Arc<Partition>, change: IsrChange) {
         self.queue.lock().submit((topic_id, part.index), Queued { part, change });
@@ -134,7 +144,11 @@ pub async fn run(changes: &IsrChanges, controller: &ControllerClient, node_id: i
             r = controller.execute(cmd) => r,
         };
         match result {
-            Ok(_) => tracing::info!(topic = %part.topic, partition, isr = ?change.isr, "ISR changed"),
+            Ok(_) => {
+                let counter = if change.grows { &changes.expands } else { &changes.shrinks };
+                counter.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(topic = %part.topic, partition, isr = ?change.isr, "ISR changed");
+            }
             Err(e) => {
                 tracing::warn!(topic = %part.topic, partition, isr = ?change.isr, error = %e, "ISR change refused");
                 changes.queue.lock().refused(part, now_ms());

@@ -117,6 +117,27 @@ pub const FAMILIES: &[Family] = &[
         read: |b| Sample::plain(partition_counts(b).under_min_isr),
     },
     Family {
+        name: "oxbow.broker.isr.expands",
+        kind: Kind::Counter,
+        unit: "{change}",
+        help: "ISR changes of partitions led here that added a caught-up follower, as the controller accepted them (Kafka's IsrExpandsPerSec)",
+        read: |b| Sample::plain(b.isr_changes.counts().0),
+    },
+    Family {
+        name: "oxbow.broker.isr.shrinks",
+        kind: Kind::Counter,
+        unit: "{change}",
+        help: "ISR changes of partitions led here that removed followers behind by replica.lag.time.max.ms, as the controller accepted them (Kafka's IsrShrinksPerSec)",
+        read: |b| Sample::plain(b.isr_changes.counts().1),
+    },
+    Family {
+        name: "oxbow.broker.producer_ids",
+        kind: Kind::Gauge,
+        unit: "{producer}",
+        help: "Idempotent and transactional producers with state in the partitions led here, summed over them (Kafka's ProducerIdCount)",
+        read: |b| Sample::plain(partition_counts(b).producer_ids),
+    },
+    Family {
         name: "oxbow.broker.log.size",
         kind: Kind::Gauge,
         unit: "By",
@@ -224,6 +245,8 @@ struct PartitionCounts {
     under_replicated: u64,
     under_min_isr: u64,
     log_bytes: u64,
+    /// Producers with state, summed over the partitions led here.
+    producer_ids: u64,
 }
 
 /// Walks the hosted partitions once (each family that needs it does, once per collection:
@@ -236,6 +259,7 @@ fn partition_counts(broker: &Broker) -> PartitionCounts {
             if let Ok(r) = p.replica() {
                 if r.leader == node {
                     c.leader += 1;
+                    c.producer_ids += p.with_log(|l| l.producer_state().len() as u64).unwrap_or(0);
                     c.under_replicated += u64::from(r.isr.len() < r.replicas.len());
                     c.under_min_isr += u64::from(r.isr.len() < usize::try_from(topic.min_insync).unwrap_or(0));
                 } else {

@@ -131,6 +131,8 @@ pub struct IsrChange {
     pub isr: Vec<i32>,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// A follower joins (an expand); otherwise some leave (a shrink).
+    pub grows: bool,
 }
 
 /// The transactional producer of a write, and its verification guard (`None`: verification is
@@ -173,8 +175,9 @@ pub struct Offsets {
 
 /// Marks an ISR change as sent and describes it for the controller.
 fn propose(replica: &mut ReplicaState, isr: Vec<i32>) -> IsrChange {
+    let grows = isr.len() > replica.isr.len();
     replica.propose(isr.clone());
-    IsrChange { isr, leader_epoch: replica.leader_epoch, partition_epoch: replica.partition_epoch }
+    IsrChange { isr, leader_epoch: replica.leader_epoch, partition_epoch: replica.partition_epoch, grows }
 }
 
 fn gone() -> BrokerError {
