@@ -56,6 +56,13 @@ func cluster() Board {
 				Graph("Log size", "Bytes of log segments each broker holds", "bytes", 8,
 					q(`sum by (instance) (oxbow_broker_log_size_bytes{`+inst+`})`, "broker {{instance}}")),
 			}},
+			{"Replication", []cog.Builder[dashboard.Panel]{
+				Graph("ISR shrinks and expands", "ISR changes of the partitions each broker leads, as the controller accepted them: shrinks when followers fall behind replica.lag.time.max.ms, expands when they catch up again", "cpm", 12,
+					q(`sum by (instance) (rate(oxbow_broker_isr_shrinks_total{`+inst+`}[$__rate_interval])) * 60`, "broker {{instance}} shrinks"),
+					q(`sum by (instance) (rate(oxbow_broker_isr_expands_total{`+inst+`}[$__rate_interval])) * 60`, "broker {{instance}} expands")),
+				Graph("Producer ids", "Idempotent and transactional producers with state in the partitions each broker leads, summed over them", "none", 12,
+					q(`sum by (instance) (oxbow_broker_producer_ids{`+inst+`})`, "broker {{instance}}")),
+			}},
 		},
 	}
 }
