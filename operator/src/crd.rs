@@ -125,7 +125,9 @@ pub struct ClusterSpec {
     pub template: Option<PodOverrides>,
 
     /// Where brokers send their OpenTelemetry metrics (OTLP/HTTP). Changing it restarts the
-    /// brokers (one at a time, as any template change).
+    /// brokers (one at a time, as any template change). When unset, the operator's
+    /// `--broker-otlp-endpoint` (the Helm chart sets it to its collector when
+    /// `observability.collector.enabled`); without that, brokers export nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<TelemetrySpec>,
 

@@ -8,12 +8,14 @@ use anyhow::Context as _;
 use kube::Client;
 use kube::runtime::events::Reporter;
 use oxbow_operator::cluster::{self, desired::Settings};
+use oxbow_operator::crd::TelemetrySpec;
 use oxbow_operator::http::{self, Health};
 use oxbow_operator::k8s::Context;
 use oxbow_operator::leader::LeaderElector;
 
 const USAGE: &str = "usage: oxbow-operator [--namespace NS[,NS...]]... [--broker-image IMAGE] [--cluster-domain DOMAIN]
                       [--lease NAME | --no-leader-election] [--http-listener ADDR|none]
+                      [--broker-otlp-endpoint URL [--broker-export-interval SECONDS]]
 
 Reconciles oxbow.io Cluster, Topic and User resources. Watches every namespace unless --namespace
 (or WATCH_NAMESPACE, comma-separated) names some. --http-listener (default 0.0.0.0:8080) serves
@@ -21,8 +23,11 @@ Reconciles oxbow.io Cluster, Topic and User resources. Watches every namespace u
 --cluster-domain cluster.local. Leader election: replicas share the Lease --lease (default
 oxbow-operator) in POD_NAMESPACE, identified by POD_NAME; only the holder reconciles. Without
 POD_NAMESPACE and POD_NAME (outside a pod) or with --no-leader-election it reconciles at once.
+--broker-otlp-endpoint (an http:// or https:// URL) is where brokers of a Cluster without
+spec.telemetry send their metrics, every --broker-export-interval seconds (1 to 3600; default 60).
 Logs: RUST_LOG (default info), JSON with LOG_FORMAT=json. Traces and metrics go out over
-OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set.";
+OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set (OTEL_TRACES_EXPORTER=none or
+OTEL_METRICS_EXPORTER=none turns either off).";
 
 struct Args {
     /// Empty: every namespace.
@@ -31,6 +36,7 @@ struct Args {
     broker_image: String,
     cluster_domain: String,
     lease: Option<String>,
+    broker_telemetry: Option<TelemetrySpec>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -40,7 +46,9 @@ fn parse_args() -> Result<Args, String> {
         broker_image: std::env::var("OXBOW_BROKER_IMAGE").unwrap_or_default(),
         cluster_domain: "cluster.local".into(),
         lease: Some("oxbow-operator".into()),
+        broker_telemetry: None,
     };
+    let mut export_interval = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         // Both `--flag value` and `--flag=value`.
@@ -64,9 +72,30 @@ fn parse_args() -> Result<Args, String> {
             "--cluster-domain" => out.cluster_domain = value()?,
             "--lease" => out.lease = Some(value()?),
             "--no-leader-election" => out.lease = None,
+            "--broker-otlp-endpoint" => {
+                let v = value()?;
+                if !(v.starts_with("http://") || v.starts_with("https://")) {
+                    return Err(format!("--broker-otlp-endpoint {v:?}: expected an http:// or https:// URL"));
+                }
+                out.broker_telemetry = Some(TelemetrySpec { otlp_endpoint: v, export_interval_seconds: None });
+            }
+            "--broker-export-interval" => {
+                let v = value()?;
+                export_interval = Some(
+                    v.parse::<i32>()
+                        .ok()
+                        .filter(|s| (1..=3600).contains(s))
+                        .ok_or(format!("--broker-export-interval {v:?}: expected whole seconds from 1 to 3600"))?,
+                );
+            }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    match (&mut out.broker_telemetry, export_interval) {
+        (Some(t), seconds) => t.export_interval_seconds = seconds,
+        (None, Some(_)) => return Err("--broker-export-interval needs --broker-otlp-endpoint".into()),
+        (None, None) => {}
     }
     if out.namespaces.is_empty() {
         out.namespaces = namespace_list(&std::env::var("WATCH_NAMESPACE").unwrap_or_default())
@@ -153,7 +182,11 @@ async fn run() -> anyhow::Result<()> {
     health.set_ready(true);
     let ctx = Arc::new(Context {
         client,
-        settings: Settings { broker_image: args.broker_image, cluster_domain: args.cluster_domain },
+        settings: Settings {
+            broker_image: args.broker_image,
+            cluster_domain: args.cluster_domain,
+            telemetry: args.broker_telemetry,
+        },
         reporter: Reporter { controller: "oxbow-operator".into(), instance: std::env::var("POD_NAME").ok() },
         metrics,
         backoff: Default::default(),

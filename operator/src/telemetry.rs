@@ -1,10 +1,13 @@
 //! Logs, traces and metrics of the operator.
 //!
 //! Logs: `tracing` to stderr (JSON with `LOG_FORMAT=json`). When `OTEL_EXPORTER_OTLP_ENDPOINT`
-//! is set (the standard OpenTelemetry variable, e.g. `http://otel-collector:4318`), the same
+//! is set (the standard OpenTelemetry variable, e.g. `http://otel-collector:4318`; the standard
+//! `OTEL_TRACES_EXPORTER=none` and `OTEL_METRICS_EXPORTER=none` turn one signal off), the same
 //! spans go out as OTLP/HTTP traces (every reconcile is a span, with the object it reconciled),
 //! and [`Metrics`] as OTLP metrics: `oxbow.operator.reconciles` (counter; attributes
-//! `controller`, `result`) and `oxbow.operator.reconcile.duration` (histogram, seconds).
+//! `controller`, `result`), `oxbow.operator.reconcile.duration` (histogram, seconds, by
+//! `controller`), `oxbow.operator.events` (counter; `kind`, `type`, `reason`) and
+//! `oxbow.operator.leader` (gauge, 1 on the replica that reconciles).
 //! Attributes are bounded: no object names, so cardinality does not grow with resources.
 //!
 //! The same counts are kept in process for the Prometheus text endpoint (`/metrics`, see
@@ -16,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Histogram};
+use opentelemetry::metrics::{Counter, Histogram, ObservableGauge};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
@@ -39,18 +42,23 @@ pub fn init() -> anyhow::Result<Telemetry> {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok().filter(|e| !e.is_empty());
 
-    let (tracer, meter) = match &endpoint {
-        Some(_) => {
-            let resource = Resource::builder().with_service_name("oxbow-operator").build();
-            let spans = opentelemetry_otlp::SpanExporter::builder().with_http().build()?;
-            let tracer =
-                SdkTracerProvider::builder().with_resource(resource.clone()).with_batch_exporter(spans).build();
-            let metrics = opentelemetry_otlp::MetricExporter::builder().with_http().build()?;
-            let meter = SdkMeterProvider::builder().with_resource(resource).with_periodic_exporter(metrics).build();
-            opentelemetry::global::set_meter_provider(meter.clone());
-            (Some(tracer), Some(meter))
-        }
-        None => (None, None),
+    // The standard switches: OTEL_TRACES_EXPORTER=none or OTEL_METRICS_EXPORTER=none turns one
+    // signal off (e.g. for a collector with no traces pipeline, which answers 404).
+    let wanted = |var: &str| endpoint.is_some() && std::env::var(var).as_deref() != Ok("none");
+    let resource = Resource::builder().with_service_name("oxbow-operator").build();
+    let tracer = if wanted("OTEL_TRACES_EXPORTER") {
+        let spans = opentelemetry_otlp::SpanExporter::builder().with_http().build()?;
+        Some(SdkTracerProvider::builder().with_resource(resource.clone()).with_batch_exporter(spans).build())
+    } else {
+        None
+    };
+    let meter = if wanted("OTEL_METRICS_EXPORTER") {
+        let metrics = opentelemetry_otlp::MetricExporter::builder().with_http().build()?;
+        let meter = SdkMeterProvider::builder().with_resource(resource).with_periodic_exporter(metrics).build();
+        opentelemetry::global::set_meter_provider(meter.clone());
+        Some(meter)
+    } else {
+        None
     };
     let otel_layer = tracer.as_ref().map(|t| tracing_opentelemetry::layer().with_tracer(t.tracer("oxbow-operator")));
     let registry = tracing_subscriber::registry().with(filter).with(otel_layer);
@@ -60,7 +68,7 @@ pub fn init() -> anyhow::Result<Telemetry> {
         registry.with(tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(std::io::stderr)).init();
     }
     if let Some(e) = endpoint {
-        tracing::info!(endpoint = %e, "exporting traces and metrics over OTLP/HTTP");
+        tracing::info!(endpoint = %e, traces = tracer.is_some(), metrics = meter.is_some(), "exporting over OTLP/HTTP");
     }
     Ok(Telemetry { tracer, meter })
 }
@@ -85,6 +93,8 @@ pub struct Metrics {
     events: Counter<u64>,
     scraped: Arc<Mutex<Scraped>>,
     leading: Arc<AtomicBool>,
+    /// Reads `leading` at every export (kept: the callback lives as long as the gauge).
+    _leader: ObservableGauge<u64>,
 }
 
 /// Upper bounds (seconds) of the reconcile duration histogram's buckets.
@@ -104,6 +114,7 @@ struct Scraped {
 impl Default for Metrics {
     fn default() -> Self {
         let meter = opentelemetry::global::meter("oxbow-operator");
+        let leading = Arc::new(AtomicBool::new(false));
         Metrics {
             reconciles: meter
                 .u64_counter("oxbow.operator.reconciles")
@@ -113,13 +124,21 @@ impl Default for Metrics {
                 .f64_histogram("oxbow.operator.reconcile.duration")
                 .with_unit("s")
                 .with_description("Time of one reconcile pass")
+                // The same buckets as /metrics (the SDK's default bounds, 0 to 10,000, are for
+                // milliseconds: every pass would fall in the first).
+                .with_boundaries(BUCKETS.to_vec())
                 .build(),
             events: meter
                 .u64_counter("oxbow.operator.events")
                 .with_description("Kubernetes Events the operator recorded, by kind, type and reason")
                 .build(),
             scraped: Default::default(),
-            leading: Default::default(),
+            leading: leading.clone(),
+            _leader: meter
+                .u64_observable_gauge("oxbow.operator.leader")
+                .with_description("1 while this replica holds the leader Lease and reconciles")
+                .with_callback(move |o| o.observe(u64::from(leading.load(Ordering::Acquire)), &[]))
+                .build(),
         }
     }
 }

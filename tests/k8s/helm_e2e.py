@@ -8,14 +8,27 @@
     Cluster and Topic of its namespace and cannot read the other's (RBAC); its pods pass their
     liveness and readiness probes, have a PodDisruptionBudget, and serve Prometheus metrics
     (`/metrics`, read through the API server's pod proxy) counting their reconciles;
+  - the first release also runs the chart's OpenTelemetry Collector (observability.collector,
+    with the collector tests/observability/build makes): its operator and its Cluster's broker,
+    which names no telemetry endpoint, export to it, and it serves their metrics in Prometheus
+    format with the values this Cluster fixes; the dashboards are ConfigMaps for Grafana's sidecar
+    (observability.dashboards), the shipped JSON byte for byte; every query of the operator's
+    dashboard returns data from a Prometheus on this host scraping that collector;
   - `helm lint` with the defaults and with a file setting every value (tests/k8s/helm-every-value.yaml,
     checked to cover every value of values.yaml), and a server-side dry run of what that renders.
 Exits non-zero with the reason on the first failure.
 """
 
+import json
 import os
 import re
+import shutil
+import socket
+import subprocess
+import tempfile
 import time
+import urllib.parse
+import urllib.request
 
 import yaml
 
@@ -29,6 +42,11 @@ QUICK_NS = "streaming"
 IMAGES = ["--set", "image.repository=localhost/oxbow/oxbow-operator", "--set", "image.tag=dev",
           "--set", "brokerImage=localhost/oxbow/oxbow-broker:dev"]
 CRDS = ["clusters.oxbow.io", "topics.oxbow.io", "users.oxbow.io"]
+# The chart's collector, with the collector tests/observability/build makes (load-images).
+COLLECTOR = ["--set", "observability.collector.enabled=true",
+             "--set", "observability.collector.image.repository=localhost/oxbow/otelcol",
+             "--set", "observability.collector.image.tag=dev", "--set", "observability.dashboards.enabled=true",
+             "--set", "observability.collector.exportIntervalSeconds=5"]
 
 T = Suite("helm-e2e", TEAMS + [QUICK_NS],
           extra_dumps=[["logs", "-n", ns, f"deploy/{ns}-operator", "--tail=30"] for ns in TEAMS])
@@ -112,9 +130,10 @@ def two_releases():
             run("helm", "uninstall", ns, "-n", ns, check=False)
             kubectl("delete", "namespace", ns, "--timeout=180s")
         kubectl("create", "namespace", ns)
-    step("release team-a (installs the CRDs) and team-b (crds.install=false), each watching its own namespace")
+    step("release team-a (installs the CRDs, with the chart's collector and dashboards) and team-b "
+         "(crds.install=false), each watching its own namespace")
     run("helm", "install", "team-a", CHART, "-n", "team-a", *IMAGES, "--set", "watchNamespaces={team-a}",
-        "--wait", "--timeout", "180s")
+        *COLLECTOR, "--wait", "--timeout", "180s")
     run("helm", "install", "team-b", CHART, "-n", "team-b", *IMAGES, "--set", "watchNamespaces={team-b}",
         "--set", "crds.install=false", "--wait", "--timeout", "180s")
     owners = {c["metadata"]["name"]: (c["metadata"].get("annotations") or {}).get("meta.helm.sh/release-name")
@@ -172,6 +191,8 @@ def two_releases():
         step(f"{ns}: Cluster and Topic Ready; {name} probes /livez /readyz, PDB maxUnavailable 1, "
              f"may list Clusters only in {ns}; /metrics: {'; '.join(lines)}")
 
+    collector_metrics("team-a")
+
     step("helm uninstall of both keeps the CRDs; deleting the namespaces leaves nothing stuck")
     for ns in TEAMS:
         kubectl("delete", "clusters.oxbow.io,topics.oxbow.io", "--all", "-n", ns, "--timeout=120s")
@@ -181,6 +202,126 @@ def two_releases():
         fail(f"CRDs after uninstalling both releases: {sorted(left)}")
     for ns in TEAMS:
         kubectl("delete", "namespace", ns, "--timeout=180s")
+
+
+def samples(text, name, **labels):
+    """Values of the Prometheus text lines of metric `name` whose labels include `labels`."""
+    out = []
+    for m in re.finditer(rf"^{name}(?:\{{(.*)\}})? (\S+)$", text, re.M):
+        have = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1) or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            out.append(float(m.group(2)))
+    return out
+
+
+def collector_metrics(ns):
+    """The release's collector (observability.collector.enabled) receives the operator's and the
+    brokers' metrics with no telemetry setting on the Cluster, and serves them in Prometheus
+    format; the dashboards are ConfigMaps for Grafana's sidecar, byte for byte the shipped JSON."""
+    step(f"{ns}: the operator and Cluster c's broker export to {ns}-collector, which serves them on :8889")
+    env = {e["name"]: e.get("value") for e in
+           kjson("get", "statefulset", "c-broker", "-n", ns)
+           ["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+    want = f"http://{ns}-collector.{ns}.svc.cluster.local:4318"
+    if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") != want or env.get("OTEL_METRIC_EXPORT_INTERVAL") != "5000":
+        fail(f"Cluster c's brokers export to {env.get('OTEL_EXPORTER_OTLP_ENDPOINT')} every "
+             f"{env.get('OTEL_METRIC_EXPORT_INTERVAL')} ms; want {want} every 5000 (the chart's collector)")
+
+    # The operator's series carry its pod's name as `instance` (service.instance.id, set by the chart).
+    operator = kjson("get", "pods", "-n", ns, "-l", "app.kubernetes.io/name=oxbow-operator")["items"][0]["metadata"]["name"]
+
+    def exported():
+        text = kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/services/{ns}-collector:prometheus/proxy/metrics",
+                       check=False)
+        got = {
+            "active controller": samples(text, "oxbow_controller_active", job="oxbow-broker"),
+            "partitions led": samples(text, "oxbow_broker_partitions", job="oxbow-broker", role="leader"),
+            "cluster reconciles": samples(text, "oxbow_operator_reconciles_total", job="oxbow-operator",
+                                          instance=operator, controller="cluster", result="success"),
+            "topic reconciles": samples(text, "oxbow_operator_reconciles_total", job="oxbow-operator",
+                                        instance=operator, controller="topic", result="success"),
+            "broker pod": samples(text, "target_info", job="oxbow-broker", k8s_namespace_name=ns, oxbow_cluster="c"),
+        }
+        return got if all(got.values()) else None
+    got = wait(f"{ns}-collector to serve the broker's and the operator's metrics", exported, 150)
+    # One broker, the active controller, leading topic t's two partitions (no other topic exists).
+    if got["active controller"] != [1.0] or got["partitions led"] != [2.0] or got["cluster reconciles"][0] < 1 \
+            or got["topic reconciles"][0] < 1:
+        fail(f"{ns}-collector serves {got}; want one active controller, 2 partitions led, reconciles counted")
+    step(f"{ns}-collector: {got}")
+
+    maps = kjson("get", "configmaps", "-n", ns, "-l", "grafana_dashboard=1")["items"]
+    shipped = {f: open(os.path.join(ROOT, "deploy", "observability", "dashboards", f)).read()
+               for f in os.listdir(os.path.join(ROOT, "deploy", "observability", "dashboards")) if f.endswith(".json")}
+    served = {k: v for m in maps for k, v in m.get("data", {}).items()}
+    if served != shipped:
+        fail(f"dashboard ConfigMaps in {ns} hold {sorted(served)}; want exactly the shipped {sorted(shipped)}")
+    step(f"{ns}: {len(maps)} dashboard ConfigMaps labelled grafana_dashboard=1, each the shipped JSON")
+    operator_dashboard(ns)
+
+
+# What Grafana puts in place of the operator dashboard's variables (a 10 minute time range).
+GRAFANA = {"$controller": ".*", "$__rate_interval": "1m", "$__range": "10m"}
+
+
+def operator_dashboard(ns):
+    """Every query of the operator's dashboard (deploy/observability/dashboards/oxbow-operator.json,
+    which tests/observability cannot run: no operator runs there) returns data from a Prometheus
+    (Debian's, on this host) scraping the release's collector, and the leader count is 1."""
+    prometheus = shutil.which("prometheus")
+    if not prometheus:
+        fail("prometheus is missing: apt-get install prometheus (tests/run-all installs it)")
+    pod = kjson("get", "pods", "-n", ns, "-l", "app.kubernetes.io/name=oxbow-collector")["items"][0]
+    target = f"{pod['status']['podIP']}:8889"
+    board = json.load(open(os.path.join(ROOT, "deploy", "observability", "dashboards", "oxbow-operator.json")))
+    queries = [(p["title"], t["expr"]) for p in board["panels"] for t in p.get("targets", [])]
+    for v in (v for v in board["templating"]["list"] if v["type"] == "query"):
+        metric, label = (x.strip() for x in v["query"][len("label_values("):-1].split(","))
+        queries.append((f"variable {v['name']}", f"count by ({label}) ({metric})"))
+    for var, value in GRAFANA.items():
+        queries = [(title, expr.replace(var, value)) for title, expr in queries]
+    if any("$" in expr for _, expr in queries):
+        fail(f"a dashboard variable this test does not know in {queries}")
+    step(f"Prometheus on the host scrapes {ns}-collector ({target}); the {len(queries)} queries of "
+         f"{board['title']} must return data")
+    with tempfile.TemporaryDirectory(prefix="oxbow-helm-prom-") as tmp:
+        port = free_port()
+        with open(os.path.join(tmp, "prometheus.yml"), "w") as f:
+            yaml.safe_dump({"global": {"scrape_interval": "1s"},
+                            "scrape_configs": [{"job_name": "oxbow-collector", "honor_labels": True,
+                                                "static_configs": [{"targets": [target]}]}]}, f)
+        log = open(os.path.join(tmp, "prometheus.log"), "w")
+        proc = subprocess.Popen([prometheus, f"--config.file={tmp}/prometheus.yml", f"--storage.tsdb.path={tmp}/data",
+                                 f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            def query(expr):
+                url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+                try:
+                    with urllib.request.urlopen(url, timeout=10) as r:
+                        return json.loads(r.read())["data"]["result"]
+                except OSError:
+                    return []
+
+            def answered():
+                got = {title: query(expr) for title, expr in queries}
+                return got if all(got.values()) else None
+            got = wait("every query of the operator dashboard to return data", answered, 120)
+            leaders = float(got["Replicas reconciling"][0]["value"][1])
+            controllers = {r["metric"].get("controller") for r in got["variable controller"]}
+            if leaders != 1 or not {"cluster", "topic"} <= controllers:
+                fail(f"the operator dashboard reads {leaders} replicas reconciling and controllers {controllers}; "
+                     "want 1, and cluster and topic among them")
+            step(f"{board['title']}: every query returned data; 1 replica reconciling; controllers {sorted(controllers)}")
+        finally:
+            proc.terminate()
+            proc.wait(10)
+            log.close()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def every_value():

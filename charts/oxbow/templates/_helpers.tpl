@@ -21,3 +21,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if .Values.watchNamespace }}{{ $all = append $all .Values.watchNamespace }}{{ end -}}
 {{- $all | uniq | sortAlpha | join "," -}}
 {{- end -}}
+
+{{- define "oxbow.collectorName" -}}{{ printf "%s-collector" .Release.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+
+{{/* The OTLP/HTTP endpoint of the chart's collector (observability.collector.enabled). */}}
+{{- define "oxbow.collectorEndpoint" -}}
+http://{{ include "oxbow.collectorName" . }}.{{ .Release.Namespace }}.svc.{{ .Values.clusterDomain }}:4318
+{{- end -}}
+
+{{- define "oxbow.collectorSelector" -}}
+app.kubernetes.io/name: oxbow-collector
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}

@@ -14,7 +14,7 @@ func instanceVar() cog.Builder[dashboard.VariableModel] {
 }
 
 func boards() []Board {
-	return []Board{cluster(), topics(), groups(), quorum()}
+	return []Board{cluster(), topics(), groups(), quorum(), operator()}
 }
 
 func cluster() Board {
@@ -134,6 +134,40 @@ func quorum() Board {
 					q(`max by (instance) (oxbow_controller_active)`, "node {{instance}}")),
 				Graph("Raft term", "The quorum's term as each node sees it: a step is an election", "none", 12,
 					q(`max by (instance) (oxbow_quorum_term)`, "node {{instance}}")),
+			}},
+		},
+	}
+}
+
+// operator reads the operator's own metrics (job oxbow-operator; instance: the operator pod, from
+// the service.instance.id the Helm chart sets). tests/k8s/helm_e2e.py runs these queries, where
+// an operator runs; tests/observability runs the brokers' boards.
+func operator() Board {
+	const c = `controller=~"$controller"`
+	return Board{
+		UID:   "oxbow-operator",
+		Title: "Oxbow / Operator",
+		Help:  "The Kubernetes operator: reconcile passes, their errors and duration, and the Events it recorded (restarts, moves, problems)",
+		Vars:  []cog.Builder[dashboard.VariableModel]{labelVar("controller", "controller", "oxbow_operator_reconciles_total")},
+		Rows: []Row{
+			{"Operator", []cog.Builder[dashboard.Panel]{
+				Stat("Replicas reconciling", "Operator replicas holding the leader Lease: exactly 1 (standbys report 0)", "none", ExactlyOne,
+					q(`sum(oxbow_operator_leader)`, "")),
+				Stat("Failed reconciles in range", "Reconcile passes that ended in an error in the time range (they are retried with backoff)", "none", Bad,
+					q(`sum(increase(oxbow_operator_reconciles_total{result="error"}[$__range])) or vector(0)`, "")),
+				Stat("Broker restarts in range", "Brokers the operator restarted (rolling restarts) in the time range", "none", Info,
+					q(`sum(increase(oxbow_operator_events_total{reason="RestartingBroker"}[$__range])) or vector(0)`, "")),
+			}},
+			{"Reconciles", []cog.Builder[dashboard.Panel]{
+				Graph("Reconciles per minute", "Reconcile passes by controller and result", "cpm", 12,
+					q(`sum by (controller, result) (rate(oxbow_operator_reconciles_total{`+c+`}[$__rate_interval])) * 60`, "{{controller}} {{result}}")),
+				Graph("Reconcile duration", "Time of one pass by controller: median and 99th percentile", "s", 12,
+					q(`histogram_quantile(0.5, sum by (controller, le) (rate(oxbow_operator_reconcile_duration_seconds_bucket{`+c+`}[$__rate_interval])))`, "{{controller}} p50"),
+					q(`histogram_quantile(0.99, sum by (controller, le) (rate(oxbow_operator_reconcile_duration_seconds_bucket{`+c+`}[$__rate_interval])))`, "{{controller}} p99")),
+			}},
+			{"Events", []cog.Builder[dashboard.Panel]{
+				Graph("Events per minute", "Kubernetes Events the operator recorded, by object kind, type and reason: restarts (RestartingBroker), partition moves (Rebalancing, Rebalanced), refusals and pod problems (Warning)", "cpm", 24,
+					q(`sum by (kind, type, reason) (rate(oxbow_operator_events_total[$__rate_interval])) * 60`, "{{kind}} {{type}} {{reason}}")),
 			}},
 		},
 	}

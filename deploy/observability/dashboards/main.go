@@ -1,4 +1,5 @@
 // Command dashboards writes Oxbow's Grafana dashboards (deploy/observability/dashboards/*.json)
+// and the Helm chart's copies of them and of deploy/observability/collector.yaml (charts/oxbow/files)
 // with the Grafana Foundation SDK. The JSON is generated, never edited by hand: change this file
 // and run `go run .` here (tests/run-all fails when the checked-in JSON differs from what this
 // writes; `go run . --check` is that check).
@@ -143,14 +144,33 @@ func (b Board) build() (dashboard.Dashboard, error) {
 	return d.Build()
 }
 
+// The Helm chart's copies (observability.collector and observability.dashboards read them with
+// .Files, which cannot reach outside the chart): written beside the originals, checked the same way.
+const chartFiles = "../../../charts/oxbow/files"
+
 func main() {
 	check := len(os.Args) > 1 && os.Args[1] == "--check"
-	dir := "."
 	if _, err := os.Stat("main.go"); err != nil {
 		fmt.Fprintln(os.Stderr, "run me in deploy/observability/dashboards")
 		os.Exit(2)
 	}
 	stale := 0
+	// put writes out to path, or with --check counts it stale when the file differs.
+	put := func(path string, out []byte) {
+		if check {
+			if old, err := os.ReadFile(path); err != nil || !bytes.Equal(old, out) {
+				fmt.Fprintf(os.Stderr, "%s is not what main.go generates: run `go run .` in deploy/observability/dashboards (tests/observability/generate-dashboards)\n", path)
+				stale++
+			}
+			return
+		}
+		if err := os.WriteFile(path, out, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println("wrote", path)
+	}
+	dirs := []string{".", filepath.Join(chartFiles, "dashboards")}
 	written := map[string]bool{}
 	for _, b := range boards() {
 		written[b.UID+".json"] = true
@@ -165,26 +185,24 @@ func main() {
 			os.Exit(1)
 		}
 		out = append(out, '\n')
-		path := filepath.Join(dir, b.UID+".json")
-		if check {
-			if old, err := os.ReadFile(path); err != nil || !bytes.Equal(old, out) {
-				fmt.Fprintf(os.Stderr, "%s is not what main.go generates: run `go run .` in deploy/observability/dashboards\n", path)
+		for _, dir := range dirs {
+			put(filepath.Join(dir, b.UID+".json"), out)
+		}
+	}
+	collector, err := os.ReadFile("../collector.yaml")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	put(filepath.Join(chartFiles, "collector.yaml"), collector)
+	// A JSON file no board writes any more is stale too (a removed or renamed dashboard).
+	for _, dir := range dirs {
+		old, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		for _, path := range old {
+			if !written[filepath.Base(path)] {
+				fmt.Fprintf(os.Stderr, "%s: no dashboard in main.go writes it: delete it\n", path)
 				stale++
 			}
-			continue
-		}
-		if err := os.WriteFile(path, out, 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		fmt.Println("wrote", path)
-	}
-	// A JSON file no board writes any more is stale too (a removed or renamed dashboard).
-	old, _ := filepath.Glob(filepath.Join(dir, "*.json"))
-	for _, path := range old {
-		if !written[filepath.Base(path)] {
-			fmt.Fprintf(os.Stderr, "%s: no dashboard in main.go writes it: delete it\n", path)
-			stale++
 		}
 	}
 	if stale > 0 {

@@ -32,7 +32,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
 use super::listeners;
-use crate::crd::{Cluster, ExtraVolume, FIRST_CONTROLLER_ID, StorageSpec};
+use crate::crd::{Cluster, ExtraVolume, FIRST_CONTROLLER_ID, StorageSpec, TelemetrySpec};
 
 /// Kafka port of every broker.
 pub const KAFKA_PORT: i32 = 9092;
@@ -58,6 +58,9 @@ pub struct Settings {
     pub broker_image: String,
     /// The Kubernetes cluster's DNS domain (`cluster.local`).
     pub cluster_domain: String,
+    /// Where brokers of a Cluster without `spec.telemetry` send their metrics
+    /// (`--broker-otlp-endpoint`); None: nowhere.
+    pub telemetry: Option<TelemetrySpec>,
 }
 
 /// Every object a Cluster owns.
@@ -668,7 +671,7 @@ fn pod_set(cluster: &Cluster, settings: &Settings, role: &Role, ns: &str, hash: 
     if role.broker && super::external::needs_host_ip(cluster) {
         env.push(env_field("HOST_IP", "status.hostIP"));
     }
-    if let Some(t) = &spec.telemetry {
+    if let Some(t) = spec.telemetry.as_ref().or(settings.telemetry.as_ref()) {
         env.push(var("OTEL_EXPORTER_OTLP_ENDPOINT", t.otlp_endpoint.clone()));
         if let Some(s) = t.export_interval_seconds {
             env.push(var("OTEL_METRIC_EXPORT_INTERVAL", (i64::from(s) * 1000).to_string()));

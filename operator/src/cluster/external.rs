@@ -305,7 +305,7 @@ mod tests {
     }
 
     fn settings() -> Settings {
-        Settings { broker_image: "i".into(), cluster_domain: "cluster.local".into() }
+        Settings { broker_image: "i".into(), cluster_domain: "cluster.local".into(), telemetry: None }
     }
 
     /// What the API server would return: node ports allocated, load balancers per `lb`.

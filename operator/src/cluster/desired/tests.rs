@@ -13,7 +13,11 @@ use crate::crd::{
 };
 
 fn settings() -> Settings {
-    Settings { broker_image: "ghcr.io/oxbow/oxbow-broker:0.1.0".into(), cluster_domain: "cluster.local".into() }
+    Settings {
+        broker_image: "ghcr.io/oxbow/oxbow-broker:0.1.0".into(),
+        cluster_domain: "cluster.local".into(),
+        telemetry: None,
+    }
 }
 
 fn cluster(spec: ClusterSpec) -> Cluster {
@@ -345,4 +349,35 @@ fn broker_pods_meet_pod_security_restricted_unless_the_template_says_otherwise()
         ..Default::default()
     });
     assert_eq!(pod(&own).security_context, Some(PodSecurityContext { run_as_user: Some(1000), ..Default::default() }));
+}
+
+#[test]
+fn the_operators_default_telemetry_applies_only_to_clusters_that_name_none() {
+    let env = |c: &Cluster, s: &Settings| -> BTreeMap<String, String> {
+        let sts = desired(c, s, None).stateful_set.spec.unwrap_or_default();
+        let container = sts.template.spec.unwrap_or_default().containers.remove(0);
+        container.env.unwrap_or_default().into_iter().filter_map(|e| Some((e.name, e.value?))).collect()
+    };
+    let default = Settings {
+        telemetry: Some(TelemetrySpec {
+            otlp_endpoint: "http://oxbow-collector.oxbow-system.svc.cluster.local:4318".into(),
+            export_interval_seconds: Some(15),
+        }),
+        ..settings()
+    };
+    let plain = cluster(ClusterSpec { replicas: 1, ..Default::default() });
+    assert!(!env(&plain, &settings()).keys().any(|k| k.starts_with("OTEL_")));
+    let got = env(&plain, &default);
+    assert_eq!(got["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://oxbow-collector.oxbow-system.svc.cluster.local:4318");
+    assert_eq!(got["OTEL_METRIC_EXPORT_INTERVAL"], "15000");
+    assert!(got["OTEL_RESOURCE_ATTRIBUTES"].contains("oxbow.cluster=events"));
+
+    let own = cluster(ClusterSpec {
+        replicas: 1,
+        telemetry: Some(TelemetrySpec { otlp_endpoint: "http://mine:4318".into(), export_interval_seconds: None }),
+        ..Default::default()
+    });
+    let got = env(&own, &default);
+    assert_eq!(got["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://mine:4318");
+    assert!(!got.contains_key("OTEL_METRIC_EXPORT_INTERVAL"));
 }
