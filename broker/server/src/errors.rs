@@ -175,6 +175,12 @@ impl BrokerError {
         if by_id { BrokerError::UnknownTopicId } else { BrokerError::UnknownTopic("unknown topic or partition".into()) }
     }
 
+    /// NOT_LEADER_OR_FOLLOWER for a partition broker `node` does not lead (the client refreshes
+    /// its metadata and retries at `leader`).
+    pub fn not_leader(node: i32, topic: &str, index: i32, leader: i32) -> Self {
+        BrokerError::NotLeader(format!("broker {node} does not lead {topic}-{index} (leader: {leader})"))
+    }
+
     /// The controller answered a command with a reply of the wrong kind (a bug): logged, and
     /// UNKNOWN_SERVER_ERROR for the client.
     pub fn unexpected_reply(reply: &oxbow_meta::Reply) -> Self {

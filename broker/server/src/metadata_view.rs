@@ -124,10 +124,7 @@ impl Topic {
         }
         match self.partition(i) {
             Some(p) if state.leader == self.node => Ok(p),
-            _ => Err(BrokerError::NotLeader(format!(
-                "broker {} does not lead {}-{i} (leader: {})",
-                self.node, self.meta.name, state.leader
-            ))),
+            _ => Err(BrokerError::not_leader(self.node, &self.meta.name, i, state.leader)),
         }
     }
 

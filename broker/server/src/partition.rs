@@ -50,10 +50,7 @@ impl Inner {
         if self.replica.leader == node {
             Ok(())
         } else {
-            Err(BrokerError::NotLeader(format!(
-                "broker {node} does not lead {topic}-{index} (leader: {})",
-                self.replica.leader
-            )))
+            Err(BrokerError::not_leader(node, topic, index, self.replica.leader))
         }
     }
 

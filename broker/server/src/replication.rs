@@ -50,8 +50,9 @@ type Key = (Arc<str>, i32);
 #[derive(Clone)]
 struct Followed {
     topic: Arc<str>,
-    leader: i32,
-    leader_epoch: i32,
+    /// The leader and leader epoch this replica follows: what its log may take from the
+    /// leader's answers is checked against them.
+    from: Following,
     part: Arc<Partition>,
     /// Listed in the topic's `follower.replication.throttled.replicas` for this broker.
     throttled: bool,
@@ -62,12 +63,6 @@ struct Followed {
 impl Followed {
     fn key(&self) -> Key {
         (self.topic.clone(), self.part.index)
-    }
-
-    /// What this replica's log may take from the leader's answers: only while it still follows
-    /// that leader at that leader epoch.
-    fn from(&self) -> Following {
-        Following { leader: self.leader, leader_epoch: self.leader_epoch }
     }
 }
 
@@ -98,8 +93,7 @@ pub async fn run(broker: Arc<Broker>, stop: CancellationToken) {
                 if let Some(p) = t.partition(s.partition) {
                     want.entry(s.leader).or_default().push(Followed {
                         topic: name.clone(),
-                        leader: s.leader,
-                        leader_epoch: s.leader_epoch,
+                        from: Following { leader: s.leader, leader_epoch: s.leader_epoch },
                         part: p.clone(),
                         throttled: t.follower_throttled.contains(s.partition),
                         in_sync: s.isr.contains(&me),
@@ -195,7 +189,7 @@ async fn fetch_from(
             },
         };
         let unchecked: Vec<&Followed> =
-            list.iter().filter(|f| checked.get(&f.key()) != Some(&f.leader_epoch)).collect();
+            list.iter().filter(|f| checked.get(&f.key()) != Some(&f.from.leader_epoch)).collect();
         let exchange = async {
             if unchecked.is_empty() {
                 fetch_once(&mut c, me, &list, &broker.quotas.follower).await
@@ -242,7 +236,7 @@ async fn check_epochs(
         let Ok((_, latest)) = f.part.log_end_and_epoch() else { continue };
         let mut p = OffsetForLeaderPartition::default();
         p.partition = f.part.index;
-        p.current_leader_epoch = f.leader_epoch;
+        p.current_leader_epoch = f.from.leader_epoch;
         p.leader_epoch = latest.unwrap_or(-1);
         by_topic.entry(f.topic.clone()).or_default().push(p);
         asked.insert(f.key(), (latest, f));
@@ -270,7 +264,7 @@ async fn check_epochs(
                 continue;
             }
             let now = now_ms();
-            let from = f.from();
+            let from = f.from;
             let done = match latest {
                 // Nothing written under any epoch here: nothing to reconcile.
                 None => true,
@@ -319,7 +313,7 @@ async fn check_epochs(
                 }
             };
             if done {
-                checked.insert(f.key(), f.leader_epoch);
+                checked.insert(f.key(), f.from.leader_epoch);
             }
         }
     }
@@ -344,7 +338,7 @@ async fn fetch_once(
         let Ok(own) = f.part.offsets() else { continue };
         let mut p = FetchPartition::default();
         p.partition = f.part.index;
-        p.current_leader_epoch = f.leader_epoch;
+        p.current_leader_epoch = f.from.leader_epoch;
         p.fetch_offset = own.log_end;
         p.last_fetched_epoch = -1;
         // As Kafka's followers: the leader learns where this replica's log starts (DeleteRecords
@@ -383,7 +377,7 @@ async fn fetch_once(
                 // This log ends below the leader's start (away while retention or DeleteRecords
                 // passed it): start again there; fetching where it ends can never succeed.
                 if e == PeerError::OffsetOutOfRange && p.log_start_offset >= 0 {
-                    match f.part.restart_below_leader_start(f.from(), p.log_start_offset, now_ms()) {
+                    match f.part.restart_below_leader_start(f.from, p.log_start_offset, now_ms()) {
                         Ok(true) => {
                             tracing::info!(topic = %topic, partition = p.partition_index, start = p.log_start_offset, "replica restarted at the leader's log start");
                             continue;
@@ -403,7 +397,7 @@ async fn fetch_once(
             if f.throttled {
                 quota.record(records.len(), now_ms());
             }
-            match f.part.append_replicated(f.from(), &records, p.high_watermark, p.log_start_offset, now_ms()) {
+            match f.part.append_replicated(f.from, &records, p.high_watermark, p.log_start_offset, now_ms()) {
                 Ok(_) => {}
                 Err(e) if moved_on(&e) => {
                     tracing::debug!(topic = %topic, partition = p.partition_index, error = %e, "dropping a fetch answer from before a leadership change");

@@ -132,8 +132,7 @@ fn followed(part: &Arc<Partition>, leader_epoch: i32) -> Followed {
     part.set_replica(follower_state(LEADER, leader_epoch), 0);
     Followed {
         topic: Arc::from(TOPIC),
-        leader: LEADER,
-        leader_epoch,
+        from: Following { leader: LEADER, leader_epoch },
         part: part.clone(),
         throttled: false,
         in_sync: true,
@@ -314,38 +313,39 @@ impl<F: FnMut()> Leader for LateLeader<F> {
     }
 }
 
-#[tokio::test]
-async fn a_fetch_answer_from_before_this_replica_became_leader_is_dropped() {
-    let dir = tempfile::tempdir().unwrap();
-    let part = follower(&dir, &[(0, 0, 5)], 5);
+/// A replica at log end 5 following `LEADER` at epoch 0 fetches; while the answer (5..9, for
+/// epoch 0) is in flight it takes `meanwhile` at leader epoch 1. The answer must be dropped:
+/// after the fetch the log still ends at 5, and the fetcher does not back off (it follows the
+/// new state next). Returns the partition for further checks.
+async fn fetch_answer_dropped_after(meanwhile: i32, dir: &tempfile::TempDir) -> Arc<Partition> {
+    let part = follower(dir, &[(0, 0, 5)], 5);
     let f = followed(&part, 0);
-    // The old leader's answer carries 5..9, but by then this replica leads under epoch 1 from
-    // its log end 5: what it writes now goes there, and the old leader's tail must not.
     let mut leader = LateLeader {
         inner: ScriptedLeader { fetches: VecDeque::from([fetched(Some(batch(0, 5, 9)), 9, 0)]), ..Default::default() },
-        meanwhile: || part.set_replica(follower_state(ME, 1), 0),
+        meanwhile: || part.set_replica(follower_state(meanwhile, 1), 0),
     };
     let quota = ReplicationQuota::new(i64::MAX, 11, 1000);
     let wait = fetch_once(&mut leader, ME, std::slice::from_ref(&f), &quota).await.unwrap();
     assert!(!wait, "not an error to back off from: the fetcher follows the new state next");
     let o = part.offsets().unwrap();
     assert_eq!((o.log_end, o.leader_epoch), (5, 1), "the answer was dropped");
+    part
+}
+
+#[tokio::test]
+async fn a_fetch_answer_from_before_this_replica_became_leader_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    // By the time the old leader's answer arrives this replica leads under epoch 1 from its log
+    // end 5: what it writes now goes there, and the old leader's tail must not.
+    let part = fetch_answer_dropped_after(ME, &dir).await;
     assert_eq!(part.end_offset_for_epoch(1).unwrap(), (1, 5), "epoch 1 starts at 5 and holds nothing yet");
 }
 
 #[tokio::test]
 async fn a_fetch_answer_under_an_older_leader_epoch_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
-    let part = follower(&dir, &[(0, 0, 5)], 5);
-    let f = followed(&part, 0);
     // The same leader, re-elected under epoch 1 meanwhile: the answer was for epoch 0.
-    let mut leader = LateLeader {
-        inner: ScriptedLeader { fetches: VecDeque::from([fetched(Some(batch(0, 5, 9)), 9, 0)]), ..Default::default() },
-        meanwhile: || part.set_replica(follower_state(LEADER, 1), 0),
-    };
-    let quota = ReplicationQuota::new(i64::MAX, 11, 1000);
-    fetch_once(&mut leader, ME, std::slice::from_ref(&f), &quota).await.unwrap();
-    assert_eq!(log_end(&part), 5);
+    fetch_answer_dropped_after(LEADER, &dir).await;
 }
 
 #[tokio::test]
