@@ -147,6 +147,13 @@ def _readyz(node) -> int:
         return e.code
 
 
+def _metrics(node) -> dict[str, float]:
+    """A node's GET /metrics (Prometheus text): value by series."""
+    with urllib.request.urlopen(f"http://{node.host}:{node.http_port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines() if line and line[0] != "#")}
+
+
 def test_dedicated_controllers_serve_broker_only_nodes_and_survive_losing_the_active_one(cluster_factory):
     """3 controller-only nodes (process.roles=controller, no client listener) + 3 broker-only."""
     c = cluster_factory(controllers=3, brokers=3, dedicated_controllers=True)
@@ -197,6 +204,26 @@ def test_dedicated_controllers_serve_broker_only_nodes_and_survive_losing_the_ac
     got = consume_all(brokers[2], "after-failover", partitions=range(3))
     assert sum(len(recs) for recs in got.values()) == 90
     assert all(leader in (4, 5, 6) for leader in brokers[0].view()["after-failover"][1])
+
+    # Controller-only nodes serve the quorum's metrics (no broker ones); the new active
+    # controller is the one that says so, and it counts no partition offline.
+    new_active = controller_of(brokers[0])
+    left = [n for n in c.controllers if n.node_id != controller]
+
+    def controller_metrics():
+        m = {n.node_id: _metrics(n) for n in left}
+        return m if all("oxbow_controller_active" in x for x in m.values()) and \
+            m[new_active]["oxbow_controller_active"] == 1 else None
+    wait_until(controller_metrics, 15, "the surviving controllers' /metrics")
+    m = controller_metrics()
+    for node_id, x in m.items():
+        assert set(x) == {"oxbow_controller_active", "oxbow_controller_partitions_offline", "oxbow_quorum_term"}, x
+        assert x["oxbow_controller_active"] == (1 if node_id == new_active else 0), (node_id, x)
+        assert x["oxbow_controller_partitions_offline"] == 0 and x["oxbow_quorum_term"] >= 2, (node_id, x)
+    # Broker-only nodes serve their broker metrics, and are never the active controller.
+    b = _metrics(brokers[0])
+    assert b["oxbow_controller_active"] == 0 and b["oxbow_controller_partitions_offline"] == 0, b
+    assert b['oxbow_broker_requests_total{api="Produce"}'] >= 1
 
     c.node(controller).start()
     wait_until(lambda: c.node(controller).sees("after-failover"), 30, "the restarted controller catches up")

@@ -75,6 +75,9 @@ def test_broker_exports_request_traffic_and_partition_metrics_over_otlp(broker_f
         assert (latest(sink, "oxbow.broker.requests", api="Produce") or 0) >= 1
         assert (latest(sink, "oxbow.broker.requests", api="Fetch") or 0) >= 1
         assert (latest(sink, "oxbow.broker.requests", api="JoinGroup") or 0) >= 1
+        # The request duration histogram counts each answered produce request once.
+        wait_for("the produce requests' durations", lambda: latest(sink, "oxbow.broker.request.duration", api="Produce")
+                 == latest(sink, "oxbow.broker.requests", api="Produce"))
         assert latest(sink, "oxbow.broker.partitions.under_replicated") == 0
         wait_for("two client connections open", lambda: (latest(sink, "oxbow.broker.connections") or 0) >= 2)
         assert (latest(sink, "oxbow.broker.log.size") or 0) >= produced
@@ -177,6 +180,7 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
         "oxbow_consumer_group_lag": "gauge",
         "oxbow_coordinator_groups": "gauge",
         "oxbow_quorum_term": "gauge",
+        "oxbow_broker_request_duration_seconds": "histogram",
     }, types
     assert set(helps) == set(types) and all(helps.values())
     assert s["oxbow_broker_produced_records_total"] == 500 + 500
@@ -187,6 +191,14 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
     assert s['oxbow_broker_requests_total{api="Produce"}'] >= 1
     assert s['oxbow_broker_requests_total{api="Fetch"}'] >= 1
     assert s['oxbow_broker_requests_total{api="JoinGroup"}'] >= 1
+    # Every produce request was answered: the histogram counted each once, its buckets cumulative.
+    hist = "oxbow_broker_request_duration_seconds"
+    count = s[f'{hist}_count{{api="Produce"}}']
+    assert count == s['oxbow_broker_requests_total{api="Produce"}'], count
+    buckets = [v for k, v in s.items() if k.startswith(f'{hist}_bucket{{api="Produce",')]
+    assert len(buckets) == 15 and buckets == sorted(buckets) and buckets[-1] == count, buckets
+    assert s[f'{hist}_bucket{{api="Produce",le="+Inf"}}'] == count
+    assert 0 < s[f'{hist}_sum{{api="Produce"}}'] < count * 10
     # scraped's 3, strict's 2, lagging's 1 and __consumer_offsets' 50, all led here.
     assert s['oxbow_broker_partitions{role="leader"}'] == 3 + 2 + 1 + 50
     assert s['oxbow_broker_partitions{role="follower"}'] == 0

@@ -310,6 +310,9 @@ def test_every_dashboard_and_alert_query_returns_the_workloads_figures(stack):
     wait_until(lambda: (prom.value('sum(oxbow_topic_fetched_bytes_total{topic="orders"})') or 0) >= on_disk, 30,
                "bytes out of orders to reach its bytes on disk (the consumer's and the followers' reads)")
     wait_value(prom, 'sum(oxbow_coordinator_groups{type="classic",state="Empty"})', 1, 30)
+    # Every produce request received was answered and timed once.
+    wait_value(prom, 'sum(oxbow_broker_requests_total{api="Produce"}) - '
+               'sum(oxbow_broker_request_duration_seconds_count{api="Produce"})', 0, 30)
 
     # Every dashboard query and variable returns data.
     queries = panel_queries()

@@ -115,6 +115,7 @@ pub async fn dispatch(
         }
         return Err(ConnError::Refused(format!("unsupported version {v} of {api:?}")));
     }
+    let arrived = std::time::Instant::now();
     let (header, req) = decode_any(frame)?;
     broker.stats.request(api);
     let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
@@ -127,7 +128,7 @@ pub async fn dispatch(
             Ok(Some(encode_response(api, v, corr, &resp)?))
         }};
     }
-    async {
+    let out = async {
         match req {
             AnyRequest::ApiVersions(r) => answer!(api_versions::handle(&ctx, r)),
             AnyRequest::Metadata(r) => answer!(metadata::handle(&ctx, r)),
@@ -186,7 +187,11 @@ pub async fn dispatch(
         }
     }
     .instrument(span)
-    .await
+    .await;
+    if out.is_ok() {
+        broker.stats.request_done(api, arrived.elapsed());
+    }
+    out
 }
 
 #[cfg(test)]

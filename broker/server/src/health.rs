@@ -14,8 +14,8 @@
 //!
 //! - `GET /metrics`: the broker's metrics ([`crate::metrics`]) in Prometheus' text format, for a
 //!   Prometheus that scrapes brokers directly (the same catalogue goes out over OTLP when an
-//!   endpoint is set). 503 until the broker has opened its log; 404 on a controller-only node,
-//!   which has no broker.
+//!   endpoint is set). 503 until the broker has opened its log. A controller-only node serves
+//!   the quorum's families only (active controller, offline partitions, term).
 //!
 //! On a controller-only node (`process.roles=controller`) `/readyz` answers 200 once it serves
 //! and knows the active controller (itself or another voter).
@@ -104,15 +104,22 @@ async fn readyz(State(health): State<Arc<Health>>) -> (StatusCode, &'static str)
 async fn metrics(State(health): State<Arc<Health>>) -> (StatusCode, [(&'static str, &'static str); 1], String) {
     const TEXT: [(&str, &str); 1] = [("content-type", "text/plain; version=0.0.4; charset=utf-8")];
     if health.controller_only.load(Ordering::Acquire) {
-        let why = "a controller-only node has no broker metrics; its quorum is on /quorum\n";
-        return (StatusCode::NOT_FOUND, TEXT, why.into());
+        // The quorum's families only (active controller, offline partitions, term).
+        return match health.quorum.get() {
+            Some(q) => (StatusCode::OK, TEXT, crate::metrics::prometheus_text(crate::metrics::Node::Controller(q))),
+            None => (StatusCode::SERVICE_UNAVAILABLE, TEXT, "starting: not in the quorum yet\n".into()),
+        };
     }
     match health.broker.get().and_then(Weak::upgrade) {
         // The families walk the hosted partitions: off the async workers.
-        Some(b) => match tokio::task::spawn_blocking(move || crate::metrics::prometheus_text(&b)).await {
-            Ok(text) => (StatusCode::OK, TEXT, text),
-            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
-        },
+        Some(b) => {
+            match tokio::task::spawn_blocking(move || crate::metrics::prometheus_text(crate::metrics::Node::Broker(&b)))
+                .await
+            {
+                Ok(text) => (StatusCode::OK, TEXT, text),
+                Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
+            }
+        }
         None => (StatusCode::SERVICE_UNAVAILABLE, TEXT, "starting: recovering the log\n".into()),
     }
 }

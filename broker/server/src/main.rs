@@ -165,6 +165,9 @@ fn main() -> ExitCode {
     let result = rt.block_on(async move {
         if !config.broker_role {
             let node = oxbow_server::ControllerNode::bind(config).await?;
+            if let Some(e) = metrics {
+                e.observe_controller(node.quorum());
+            }
             tracing::info!(cluster_id = %node.cluster_id, node_id = node.quorum().node_id(), health = ?node.health_addr(), "oxbow controller started (process.roles=controller)");
             return node.run(shutdown_signal()).await;
         }

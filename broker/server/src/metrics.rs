@@ -17,6 +17,8 @@ use std::fmt::Write as _;
 
 use kafka_protocol::messages::ApiKey;
 
+use oxbow_meta::Quorum;
+
 use crate::broker::Broker;
 
 /// How a family's values behave over time.
@@ -42,13 +44,44 @@ impl Sample {
 }
 
 /// A metric: its name, kind, unit (UCUM, as OpenTelemetry writes it), meaning, and how it is
-/// read from the broker.
+/// read.
 pub struct Family {
     pub name: &'static str,
     pub kind: Kind,
     pub unit: &'static str,
     pub help: &'static str,
-    pub read: fn(&Broker) -> Vec<Sample>,
+    pub read: Read,
+}
+
+/// Where a family is read from.
+#[derive(Clone, Copy)]
+pub enum Read {
+    /// The broker's state: only nodes with the broker role have it.
+    Broker(fn(&Broker) -> Vec<Sample>),
+    /// The node's view of the metadata quorum: every node has one, controller-only nodes
+    /// included.
+    Quorum(fn(&Quorum) -> Vec<Sample>),
+}
+
+/// The node whose metrics are read: a broker (with or without the controller role), or a
+/// controller-only node, which has the quorum families only.
+#[derive(Clone, Copy)]
+pub enum Node<'a> {
+    Broker(&'a Broker),
+    Controller(&'a Quorum),
+}
+
+impl Family {
+    /// The family's samples on `node`; `None` when the node has no such metric (broker families
+    /// on a controller-only node).
+    pub fn read(&self, node: Node<'_>) -> Option<Vec<Sample>> {
+        match (self.read, node) {
+            (Read::Broker(read), Node::Broker(b)) => Some(read(b)),
+            (Read::Quorum(read), Node::Broker(b)) => Some(b.quorum().map(read).unwrap_or_default()),
+            (Read::Quorum(read), Node::Controller(q)) => Some(read(q)),
+            (Read::Broker(_), Node::Controller(_)) => None,
+        }
+    }
 }
 
 /// Every metric the broker exports (the table in docs/architecture.md, Metrics); add a family here and
@@ -59,153 +92,153 @@ pub const FAMILIES: &[Family] = &[
         kind: Kind::Counter,
         unit: "{request}",
         help: "Kafka requests received, by API",
-        read: requests,
+        read: Read::Broker(requests),
     },
     Family {
         name: "oxbow.broker.produced.records",
         kind: Kind::Counter,
         unit: "{record}",
         help: "Records appended by producers to partitions led here",
-        read: |b| Sample::plain(b.stats.produced_records()),
+        read: Read::Broker(|b| Sample::plain(b.stats.produced_records())),
     },
     Family {
         name: "oxbow.broker.produced.bytes",
         kind: Kind::Counter,
         unit: "By",
         help: "Record batch bytes appended by producers",
-        read: |b| Sample::plain(b.stats.produced_bytes()),
+        read: Read::Broker(|b| Sample::plain(b.stats.produced_bytes())),
     },
     Family {
         name: "oxbow.broker.fetched.bytes",
         kind: Kind::Counter,
         unit: "By",
         help: "Record bytes served to consumers and followers",
-        read: |b| Sample::plain(b.stats.fetched_bytes()),
+        read: Read::Broker(|b| Sample::plain(b.stats.fetched_bytes())),
     },
     Family {
         name: "oxbow.broker.connections",
         kind: Kind::Gauge,
         unit: "{connection}",
         help: "Open client connections",
-        read: |b| Sample::plain(u64::try_from(b.stats.connections()).unwrap_or(0)),
+        read: Read::Broker(|b| Sample::plain(u64::try_from(b.stats.connections()).unwrap_or(0))),
     },
     Family {
         name: "oxbow.broker.partitions",
         kind: Kind::Gauge,
         unit: "{partition}",
         help: "Partitions hosted here, by role",
-        read: |b| {
+        read: Read::Broker(|b| {
             let c = partition_counts(b);
             vec![
                 Sample { labels: vec![("role", "leader".into())], value: c.leader },
                 Sample { labels: vec![("role", "follower".into())], value: c.follower },
             ]
-        },
+        }),
     },
     Family {
         name: "oxbow.broker.partitions.under_replicated",
         kind: Kind::Gauge,
         unit: "{partition}",
         help: "Partitions led here whose ISR is smaller than their replicas",
-        read: |b| Sample::plain(partition_counts(b).under_replicated),
+        read: Read::Broker(|b| Sample::plain(partition_counts(b).under_replicated)),
     },
     Family {
         name: "oxbow.broker.partitions.under_min_isr",
         kind: Kind::Gauge,
         unit: "{partition}",
         help: "Partitions led here whose ISR is smaller than their topic's min.insync.replicas: acks=all writes to them fail",
-        read: |b| Sample::plain(partition_counts(b).under_min_isr),
+        read: Read::Broker(|b| Sample::plain(partition_counts(b).under_min_isr)),
     },
     Family {
         name: "oxbow.broker.isr.expands",
         kind: Kind::Counter,
         unit: "{change}",
         help: "ISR changes of partitions led here that added a caught-up follower, as the controller accepted them (Kafka's IsrExpandsPerSec)",
-        read: |b| Sample::plain(b.isr_changes.counts().0),
+        read: Read::Broker(|b| Sample::plain(b.isr_changes.counts().0)),
     },
     Family {
         name: "oxbow.broker.isr.shrinks",
         kind: Kind::Counter,
         unit: "{change}",
         help: "ISR changes of partitions led here that removed followers behind by replica.lag.time.max.ms, as the controller accepted them (Kafka's IsrShrinksPerSec)",
-        read: |b| Sample::plain(b.isr_changes.counts().1),
+        read: Read::Broker(|b| Sample::plain(b.isr_changes.counts().1)),
     },
     Family {
         name: "oxbow.broker.producer_ids",
         kind: Kind::Gauge,
         unit: "{producer}",
         help: "Idempotent and transactional producers with state in the partitions led here, summed over them (Kafka's ProducerIdCount)",
-        read: |b| Sample::plain(partition_counts(b).producer_ids),
+        read: Read::Broker(|b| Sample::plain(partition_counts(b).producer_ids)),
     },
     Family {
         name: "oxbow.broker.log.size",
         kind: Kind::Gauge,
         unit: "By",
         help: "Bytes of log segments over every hosted partition",
-        read: |b| Sample::plain(partition_counts(b).log_bytes),
+        read: Read::Broker(|b| Sample::plain(partition_counts(b).log_bytes)),
     },
     Family {
         name: "oxbow.topic.produced.records",
         kind: Kind::Counter,
         unit: "{record}",
         help: "Records appended by producers, by topic (partitions led here)",
-        read: |b| per_topic(b, |(records, _, _)| records),
+        read: Read::Broker(|b| per_topic(b, |(records, _, _)| records)),
     },
     Family {
         name: "oxbow.topic.produced.bytes",
         kind: Kind::Counter,
         unit: "By",
         help: "Record batch bytes appended by producers, by topic (partitions led here)",
-        read: |b| per_topic(b, |(_, bytes, _)| bytes),
+        read: Read::Broker(|b| per_topic(b, |(_, bytes, _)| bytes)),
     },
     Family {
         name: "oxbow.topic.fetched.bytes",
         kind: Kind::Counter,
         unit: "By",
         help: "Record bytes served to consumers and followers, by topic",
-        read: |b| per_topic(b, |(_, _, fetched)| fetched),
+        read: Read::Broker(|b| per_topic(b, |(_, _, fetched)| fetched)),
     },
     Family {
         name: "oxbow.topic.log.size",
         kind: Kind::Gauge,
         unit: "By",
         help: "Bytes of log segments of the topic's partitions hosted here, by topic",
-        read: topic_log_sizes,
+        read: Read::Broker(topic_log_sizes),
     },
     Family {
         name: "oxbow.controller.active",
         kind: Kind::Gauge,
         unit: "",
-        help: "1 on the metadata quorum's active controller, else 0",
-        read: |b| Sample::plain(u64::from(active_controller(b))),
+        help: "1 on the metadata quorum's active controller, else 0 (controller-only nodes included)",
+        read: Read::Quorum(|q| Sample::plain(u64::from(active_controller(q)))),
     },
     Family {
         name: "oxbow.controller.partitions.offline",
         kind: Kind::Gauge,
         unit: "{partition}",
         help: "Partitions without a leader, counted by the active controller (0 on every other node, as Kafka's OfflinePartitionsCount)",
-        read: offline_partitions,
+        read: Read::Quorum(offline_partitions),
     },
     Family {
         name: "oxbow.consumer_group.lag",
         kind: Kind::Gauge,
         unit: "{record}",
         help: "Records a group has yet to consume on a topic: the sum over its committed partitions of high watermark - committed offset (groups coordinated here; refreshed every 10 s while read)",
-        read: |b| {
+        read: Read::Broker(|b| {
             let round = b.lag.read();
             round
                 .lag
                 .iter()
                 .map(|l| Sample { labels: vec![("group", l.group.clone()), ("topic", l.topic.clone())], value: l.lag })
                 .collect()
-        },
+        }),
     },
     Family {
         name: "oxbow.coordinator.groups",
         kind: Kind::Gauge,
         unit: "{group}",
         help: "Consumer groups coordinated here, by type (classic or consumer) and state",
-        read: |b| {
+        read: Read::Broker(|b| {
             let round = b.lag.read();
             round
                 .groups
@@ -215,26 +248,66 @@ pub const FAMILIES: &[Family] = &[
                     value: *n,
                 })
                 .collect()
-        },
+        }),
     },
     Family {
         name: "oxbow.quorum.term",
         kind: Kind::Gauge,
         unit: "",
         help: "The metadata quorum's Raft term as this node sees it (0 outside the quorum)",
-        read: |b| b.quorum().map(|q| Sample::plain(q.local_view().2)).unwrap_or_default(),
+        read: Read::Quorum(|q| Sample::plain(q.local_view().2)),
     },
 ];
 
+/// A histogram: how many observations fell in each bucket, by labels.
+pub struct HistogramFamily {
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub help: &'static str,
+    /// Upper bounds of the buckets (then +Inf).
+    pub bounds: &'static [f64],
+    pub read: fn(&Broker) -> Vec<HistogramSample>,
+}
+
+/// One series of a histogram: its labels, observations per bucket (not cumulative, one more
+/// than the bounds: the last is +Inf) and their sum.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistogramSample {
+    pub labels: Vec<(&'static str, String)>,
+    pub buckets: Vec<u64>,
+    pub sum: f64,
+}
+
+/// The histograms `/metrics` serves. Each is recorded on the request path and wired into
+/// [`crate::telemetry`] by hand (OTLP has no histogram read at collection), unlike [`FAMILIES`].
+pub const HISTOGRAMS: &[&HistogramFamily] = &[&REQUEST_DURATION];
+
+/// Request durations by API ([`crate::stats::Stats::request_done`]).
+pub const REQUEST_DURATION: HistogramFamily = HistogramFamily {
+    name: "oxbow.broker.request.duration",
+    unit: "s",
+    help: "Time from a request's arrival to its response, by API: waits for replication (acks=all) and fetch long polls included, the response's send not (Kafka's TotalTimeMs without ResponseSendTimeMs)",
+    bounds: &crate::stats::REQUEST_SECONDS,
+    read: |b| {
+        b.stats
+            .request_durations()
+            .into_iter()
+            .map(|d| HistogramSample {
+                labels: vec![("api", api_name(d.api))],
+                buckets: d.buckets.to_vec(),
+                sum: d.sum_seconds,
+            })
+            .collect()
+    },
+};
+
+/// The `api` label of an API key: Kafka's name (`Produce`), or the number of an unknown one.
+pub fn api_name(key: i16) -> String {
+    ApiKey::try_from(key).map_or_else(|_| key.to_string(), |a| format!("{a:?}"))
+}
+
 fn requests(b: &Broker) -> Vec<Sample> {
-    b.stats
-        .requests()
-        .into_iter()
-        .map(|(key, n)| {
-            let api = ApiKey::try_from(key).map_or_else(|_| key.to_string(), |a| format!("{a:?}"));
-            Sample { labels: vec![("api", api)], value: n }
-        })
-        .collect()
+    b.stats.requests().into_iter().map(|(key, n)| Sample { labels: vec![("api", api_name(key))], value: n }).collect()
 }
 
 /// Partition counts read from the broker at one collection.
@@ -306,13 +379,12 @@ fn topic_log_sizes(b: &Broker) -> Vec<Sample> {
     out
 }
 
-fn active_controller(b: &Broker) -> bool {
-    b.quorum().is_some_and(|q| q.local_view().1 == Some(q.node_id()))
+fn active_controller(q: &Quorum) -> bool {
+    q.local_view().1 == Some(q.node_id())
 }
 
-fn offline_partitions(b: &Broker) -> Vec<Sample> {
-    let Some(q) = b.quorum() else { return Vec::new() };
-    if !active_controller(b) {
+fn offline_partitions(q: &Quorum) -> Vec<Sample> {
+    if !active_controller(q) {
         return Sample::plain(0);
     }
     let image = q.image();
@@ -325,8 +397,17 @@ fn offline_partitions(b: &Broker) -> Vec<Sample> {
 /// ends with it (`By` -> `bytes`, `s` -> `seconds`; annotations like `{record}` are dropped),
 /// and counters end in `_total`.
 pub fn prometheus_name(f: &Family) -> String {
-    let mut name: String = f.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-    let unit = match f.unit {
+    let mut name = base_name(f.name, f.unit);
+    if f.kind == Kind::Counter {
+        name.push_str("_total");
+    }
+    name
+}
+
+/// The Prometheus name without a counter's `_total` (a histogram's, before `_bucket`, `_sum`, `_count`).
+fn base_name(otel: &str, unit: &str) -> String {
+    let mut name: String = otel.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    let unit = match unit {
         "By" => "bytes",
         "s" => "seconds",
         "ms" => "milliseconds",
@@ -336,16 +417,14 @@ pub fn prometheus_name(f: &Family) -> String {
         name.push('_');
         name.push_str(unit);
     }
-    if f.kind == Kind::Counter {
-        name.push_str("_total");
-    }
     name
 }
 
-/// Every family in the Prometheus text exposition format (version 0.0.4).
-pub fn prometheus_text(broker: &Broker) -> String {
+/// Every family `node` has in the Prometheus text exposition format (version 0.0.4).
+pub fn prometheus_text(node: Node<'_>) -> String {
     let mut out = String::new();
     for f in FAMILIES {
+        let Some(samples) = f.read(node) else { continue };
         let name = prometheus_name(f);
         let kind = match f.kind {
             Kind::Counter => "counter",
@@ -353,23 +432,55 @@ pub fn prometheus_text(broker: &Broker) -> String {
         };
         let _ = writeln!(out, "# HELP {name} {}", f.help.replace('\\', "\\\\").replace('\n', "\\n"));
         let _ = writeln!(out, "# TYPE {name} {kind}");
-        for s in (f.read)(broker) {
-            out.push_str(&name);
-            if !s.labels.is_empty() {
-                out.push('{');
-                for (i, (k, v)) in s.labels.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    let v = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-                    let _ = write!(out, "{k}=\"{v}\"");
-                }
-                out.push('}');
-            }
+        for s in samples {
+            series(&mut out, &name, &s.labels, None);
             let _ = writeln!(out, " {}", s.value);
         }
     }
+    let Node::Broker(broker) = node else { return out };
+    for h in HISTOGRAMS {
+        let name = base_name(h.name, h.unit);
+        let _ = writeln!(out, "# HELP {name} {}", h.help.replace('\\', "\\\\").replace('\n', "\\n"));
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for s in (h.read)(broker) {
+            histogram_series(&mut out, &name, h.bounds, &s);
+        }
+    }
     out
+}
+
+/// One histogram series: its cumulative buckets, sum and count.
+fn histogram_series(out: &mut String, name: &str, bounds: &[f64], s: &HistogramSample) {
+    let mut cumulative = 0;
+    for (i, n) in s.buckets.iter().enumerate() {
+        cumulative += n;
+        let le = bounds.get(i).map_or_else(|| "+Inf".to_string(), |b| b.to_string());
+        series(out, &format!("{name}_bucket"), &s.labels, Some(&le));
+        let _ = writeln!(out, " {cumulative}");
+    }
+    series(out, &format!("{name}_sum"), &s.labels, None);
+    let _ = writeln!(out, " {}", s.sum);
+    series(out, &format!("{name}_count"), &s.labels, None);
+    let _ = writeln!(out, " {cumulative}");
+}
+
+/// A series' name and labels (then `le`, a histogram bucket's bound), without its value.
+fn series(out: &mut String, name: &str, labels: &[(&'static str, String)], le: Option<&str>) {
+    out.push_str(name);
+    let le = le.map(|le| ("le", le.to_string()));
+    let all: Vec<&(&str, String)> = labels.iter().chain(le.as_ref()).collect();
+    if all.is_empty() {
+        return;
+    }
+    out.push('{');
+    for (i, (k, v)) in all.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let v = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+        let _ = write!(out, "{k}=\"{v}\"");
+    }
+    out.push('}');
 }
 
 #[cfg(test)]
@@ -377,7 +488,7 @@ mod tests {
     use super::*;
 
     fn family(name: &'static str, kind: Kind, unit: &'static str) -> Family {
-        Family { name, kind, unit, help: "", read: |_| Vec::new() }
+        Family { name, kind, unit, help: "", read: Read::Broker(|_| Vec::new()) }
     }
 
     #[test]
@@ -396,6 +507,22 @@ mod tests {
         for (f, want) in cases {
             assert_eq!(prometheus_name(&f), want, "{}", f.name);
         }
+    }
+
+    #[test]
+    fn a_histogram_series_has_cumulative_buckets_then_sum_and_count() {
+        let mut out = String::new();
+        let s = HistogramSample { labels: vec![("api", "Produce".into())], buckets: vec![2, 0, 3], sum: 1.25 };
+        histogram_series(&mut out, "oxbow_broker_request_duration_seconds", &[0.0005, 1.0], &s);
+        assert_eq!(
+            out,
+            "oxbow_broker_request_duration_seconds_bucket{api=\"Produce\",le=\"0.0005\"} 2\n\
+             oxbow_broker_request_duration_seconds_bucket{api=\"Produce\",le=\"1\"} 2\n\
+             oxbow_broker_request_duration_seconds_bucket{api=\"Produce\",le=\"+Inf\"} 5\n\
+             oxbow_broker_request_duration_seconds_sum{api=\"Produce\"} 1.25\n\
+             oxbow_broker_request_duration_seconds_count{api=\"Produce\"} 5\n"
+        );
+        assert_eq!(base_name(REQUEST_DURATION.name, REQUEST_DURATION.unit), "oxbow_broker_request_duration_seconds");
     }
 
     #[test]

@@ -15,11 +15,41 @@ use crate::clock::now_ms;
 pub const WANTED_FOR: Duration = Duration::from_secs(300);
 
 /// Highest Kafka API key counted (keys above share the last slot).
-const API_SLOTS: usize = 128;
+pub const API_SLOTS: usize = 128;
+
+fn slot(api: ApiKey) -> usize {
+    usize::try_from(api as i16).unwrap_or(0).min(API_SLOTS - 1)
+}
+
+/// Upper bounds (seconds) of the request duration histogram's buckets (then +Inf): from half a
+/// millisecond, an in-memory answer, to 10 s, past a fetch's longest usual wait.
+pub const REQUEST_SECONDS: [f64; 14] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// One API's request durations: requests per bucket of [`REQUEST_SECONDS`] (not cumulative; the
+/// last is +Inf) and their sum.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Durations {
+    pub api: i16,
+    pub buckets: [u64; REQUEST_SECONDS.len() + 1],
+    pub sum_seconds: f64,
+}
+
+/// Where request durations also go when metrics are exported over OTLP: the SDK has no
+/// asynchronous histogram to read [`Stats`] with, so a synchronous one records each request.
+pub struct OtlpDurations {
+    pub histogram: opentelemetry::metrics::Histogram<f64>,
+    /// The `api` attribute of each slot, built once (recording then allocates nothing).
+    pub attributes: Vec<[opentelemetry::KeyValue; 1]>,
+}
 
 /// Counters bumped on the request path (relaxed atomics: one add each).
 pub struct Stats {
     requests: [AtomicU64; API_SLOTS],
+    /// Per API slot: requests per duration bucket, and the sum of their durations in µs.
+    durations: [[AtomicU64; REQUEST_SECONDS.len() + 1]; API_SLOTS],
+    duration_sum_us: [AtomicU64; API_SLOTS],
+    otlp_durations: std::sync::OnceLock<OtlpDurations>,
     produced_records: AtomicU64,
     produced_bytes: AtomicU64,
     fetched_bytes: AtomicU64,
@@ -61,6 +91,9 @@ impl Default for Stats {
     fn default() -> Self {
         Stats {
             requests: std::array::from_fn(|_| AtomicU64::new(0)),
+            durations: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+            duration_sum_us: std::array::from_fn(|_| AtomicU64::new(0)),
+            otlp_durations: std::sync::OnceLock::new(),
             produced_records: AtomicU64::new(0),
             produced_bytes: AtomicU64::new(0),
             fetched_bytes: AtomicU64::new(0),
@@ -71,8 +104,38 @@ impl Default for Stats {
 
 impl Stats {
     pub fn request(&self, api: ApiKey) {
-        let slot = usize::try_from(api as i16).unwrap_or(0).min(API_SLOTS - 1);
-        self.requests[slot].fetch_add(1, Ordering::Relaxed);
+        self.requests[slot(api)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request of `api` was answered (or, without an answer, done) `took` after it arrived.
+    pub fn request_done(&self, api: ApiKey, took: Duration) {
+        let slot = slot(api);
+        let seconds = took.as_secs_f64();
+        let bucket = REQUEST_SECONDS.iter().position(|b| seconds <= *b).unwrap_or(REQUEST_SECONDS.len());
+        self.durations[slot][bucket].fetch_add(1, Ordering::Relaxed);
+        self.duration_sum_us[slot].fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        if let Some(otlp) = self.otlp_durations.get()
+            && let Some(attributes) = otlp.attributes.get(slot)
+        {
+            otlp.histogram.record(seconds, attributes);
+        }
+    }
+
+    /// From now on request durations are also recorded into `otlp` (once; later calls are ignored).
+    pub fn export_durations(&self, otlp: OtlpDurations) {
+        let _ = self.otlp_durations.set(otlp);
+    }
+
+    /// Request durations of every API answered at least once.
+    pub fn request_durations(&self) -> Vec<Durations> {
+        (0..API_SLOTS)
+            .filter_map(|slot| {
+                let buckets: [u64; REQUEST_SECONDS.len() + 1] =
+                    std::array::from_fn(|i| self.durations[slot][i].load(Ordering::Relaxed));
+                let sum_seconds = self.duration_sum_us[slot].load(Ordering::Relaxed) as f64 / 1e6;
+                (buckets.iter().sum::<u64>() > 0).then_some(Durations { api: slot as i16, buckets, sum_seconds })
+            })
+            .collect()
     }
 
     pub fn produced(&self, records: u64, bytes: u64) {
@@ -159,5 +222,31 @@ impl LagBoard {
     /// Replaces the last round.
     pub fn publish(&self, round: Round) {
         *self.last.lock() = Arc::new(round);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_durations_fall_in_their_buckets_per_api() {
+        let stats = Stats::default();
+        stats.request_done(ApiKey::Produce, Duration::from_micros(300));
+        stats.request_done(ApiKey::Produce, Duration::from_millis(2));
+        stats.request_done(ApiKey::Produce, Duration::from_secs(60));
+        stats.request_done(ApiKey::Fetch, Duration::from_millis(500));
+        let got = stats.request_durations();
+        assert_eq!(got.iter().map(|d| d.api).collect::<Vec<_>>(), [ApiKey::Produce as i16, ApiKey::Fetch as i16]);
+        let produce = &got[0];
+        let mut want = [0; REQUEST_SECONDS.len() + 1];
+        want[0] = 1; // <= 0.5 ms
+        want[2] = 1; // <= 2.5 ms
+        want[REQUEST_SECONDS.len()] = 1; // +Inf
+        assert_eq!(produce.buckets, want);
+        assert!((produce.sum_seconds - 60.0023).abs() < 1e-9, "{}", produce.sum_seconds);
+        let fetch = &got[1];
+        assert_eq!(fetch.buckets[REQUEST_SECONDS.iter().position(|b| *b == 0.5).unwrap_or(0)], 1);
+        assert_eq!(fetch.buckets.iter().sum::<u64>(), 1);
     }
 }

@@ -8,13 +8,15 @@
 
 use std::sync::{Arc, Weak};
 
-use opentelemetry::KeyValue;
 use opentelemetry::metrics::{AsyncInstrument, Meter, MeterProvider as _};
+use opentelemetry::{KeyValue, StringValue, Value};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
 use crate::broker::Broker;
-use crate::metrics::{self, Kind};
+use oxbow_meta::Quorum;
+
+use crate::metrics::{self, Kind, Node, Read};
 
 /// The metric exporter, kept for a final flush at shutdown.
 pub struct Exporter {
@@ -52,7 +54,29 @@ impl Exporter {
 
     /// Registers the broker's instruments; they read `broker` at each collection.
     pub fn observe(&self, broker: &Arc<Broker>) {
-        register(&self.provider.meter("oxbow-broker"), Arc::downgrade(broker));
+        let meter = self.provider.meter("oxbow-broker");
+        register(&meter, Watched::Broker(Arc::downgrade(broker)));
+        let h = &metrics::REQUEST_DURATION;
+        let histogram = meter
+            .f64_histogram(h.name)
+            .with_unit(h.unit)
+            .with_description(h.help)
+            .with_boundaries(h.bounds.to_vec())
+            .build();
+        let attributes = (0..crate::stats::API_SLOTS)
+            .map(|slot| {
+                [KeyValue::new(
+                    "api",
+                    Value::String(StringValue::from(Arc::<str>::from(metrics::api_name(slot as i16)))),
+                )]
+            })
+            .collect();
+        broker.stats.export_durations(crate::stats::OtlpDurations { histogram, attributes });
+    }
+
+    /// Registers a controller-only node's instruments: the quorum's families, read from `quorum`.
+    pub fn observe_controller(&self, quorum: &Quorum) {
+        register(&self.provider.meter("oxbow-broker"), Watched::Controller(quorum.clone()));
     }
 
     /// Exports what is pending and stops. Call outside the async runtime.
@@ -63,12 +87,27 @@ impl Exporter {
     }
 }
 
-/// One observable instrument per family; each reads the broker when the exporter collects.
-fn register(meter: &Meter, broker: Weak<Broker>) {
+/// What the instruments read at each collection: a broker (weak: export never keeps a stopped
+/// broker alive), or a controller-only node's quorum.
+#[derive(Clone)]
+enum Watched {
+    Broker(Weak<Broker>),
+    Controller(Quorum),
+}
+
+/// One observable instrument per family the node has; each reads it when the exporter collects.
+fn register(meter: &Meter, watched: Watched) {
     for f in metrics::FAMILIES {
-        let (b, read) = (broker.clone(), f.read);
+        if matches!((&watched, f.read), (Watched::Controller(_), Read::Broker(_))) {
+            continue;
+        }
+        let w = watched.clone();
         let callback = move |o: &dyn AsyncInstrument<u64>| {
-            for s in b.upgrade().map(|b| read(&b)).unwrap_or_default() {
+            let samples = match &w {
+                Watched::Broker(b) => b.upgrade().and_then(|b| f.read(Node::Broker(&b))),
+                Watched::Controller(q) => f.read(Node::Controller(q)),
+            };
+            for s in samples.unwrap_or_default() {
                 o.observe(s.value, &attributes(&s));
             }
         };

@@ -45,8 +45,10 @@ func cluster() Board {
 					q(`sum by (instance) (rate(oxbow_broker_fetched_bytes_total{`+inst+`}[$__rate_interval]))`, "broker {{instance}}")),
 				Graph("Records in", "Records appended by producers, per broker", "rps", 8,
 					q(`sum by (instance) (rate(oxbow_broker_produced_records_total{`+inst+`}[$__rate_interval]))`, "broker {{instance}}")),
-				Graph("Requests by API", "Kafka requests received, by API", "reqps", 24,
+				Graph("Requests by API", "Kafka requests received, by API", "reqps", 12,
 					q(`sum by (api) (rate(oxbow_broker_requests_total{`+inst+`}[$__rate_interval]))`, "{{api}}")),
+				Graph("Request latency p99 by API", "99th percentile of the time from a request's arrival to its response, over the selected brokers: acks=all replication waits and fetch long polls (fetch.max.wait.ms) included", "s", 12,
+					q(`histogram_quantile(0.99, sum by (api, le) (rate(oxbow_broker_request_duration_seconds_bucket{`+inst+`}[$__rate_interval])))`, "{{api}}")),
 			}},
 			{"Brokers", []cog.Builder[dashboard.Panel]{
 				Graph("Client connections", "Open client connections per broker", "none", 8,
