@@ -22,6 +22,7 @@ import socket
 import struct
 import subprocess
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -529,3 +530,24 @@ def read_batches(path: Path) -> tuple[list[Batch], int]:
 
 def find_files_named(root: Path, name: str) -> list[Path]:
     return [p for p in root.rglob(name)]
+
+
+def scrape(url: str) -> tuple[dict[str, str], dict[str, str], dict[str, float]]:
+    """GET a Prometheus text page: (TYPE by family, HELP by family, value by series)."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.status == 200
+        assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8", r.headers["Content-Type"]
+        text = r.read().decode()
+    types, helps, series = {}, {}, {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            types[name] = kind
+        elif line.startswith("# HELP "):
+            _, _, name, what = line.split(" ", 3)
+            helps[name] = what
+        elif line:
+            key, value = line.rsplit(" ", 1)
+            assert key not in series, f"series {key} twice"
+            series[key] = float(value)
+    return types, helps, series

@@ -26,7 +26,7 @@ from confluent_kafka import ElectionType, KafkaError, KafkaException, Producer, 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oxbow_cluster import Cluster, Node, free_port_on, node_host
-from oxbow_harness import consume_all, flush_all, require_broker_binary, wait_until
+from oxbow_harness import consume_all, flush_all, require_broker_binary, scrape, wait_until
 
 
 @pytest.fixture
@@ -148,10 +148,8 @@ def _readyz(node) -> int:
 
 
 def _metrics(node) -> dict[str, float]:
-    """A node's GET /metrics (Prometheus text): value by series."""
-    with urllib.request.urlopen(f"http://{node.host}:{node.http_port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines() if line and line[0] != "#")}
+    """A node's GET /metrics: value by series."""
+    return scrape(f"http://{node.host}:{node.http_port}/metrics")[2]
 
 
 def test_dedicated_controllers_serve_broker_only_nodes_and_survive_losing_the_active_one(cluster_factory):

@@ -17,8 +17,7 @@ from confluent_kafka import Consumer, ElectionType, KafkaException, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oxbow_cluster import Cluster
-from oxbow_harness import consume_all, read_batches, require_broker_binary, segment_files, wait_until
-from test_telemetry import scrape
+from oxbow_harness import consume_all, read_batches, require_broker_binary, scrape, segment_files, wait_until
 
 
 @pytest.fixture

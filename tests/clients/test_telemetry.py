@@ -6,14 +6,12 @@ startup naming the variable."""
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from oxbow_harness import create_topic, free_port, require_broker_binary
+from oxbow_harness import create_topic, free_port, require_broker_binary, scrape
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
 from otlp_sink import Sink  # noqa: E402
@@ -100,27 +98,6 @@ def test_an_otlp_endpoint_that_is_not_a_url_stops_startup_naming_the_variable(tm
     )
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "OTEL_EXPORTER_OTLP_ENDPOINT=collector:4318: expected an http:// or https:// URL" in r.stderr, r.stderr
-
-
-def scrape(url: str) -> tuple[dict[str, str], dict[str, str], dict[str, float]]:
-    """GET a Prometheus text page: (TYPE by family, HELP by family, value by series)."""
-    with urllib.request.urlopen(url, timeout=10) as r:
-        assert r.status == 200
-        assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8", r.headers["Content-Type"]
-        text = r.read().decode()
-    types, helps, series = {}, {}, {}
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ", 3)
-            types[name] = kind
-        elif line.startswith("# HELP "):
-            _, _, name, what = line.split(" ", 3)
-            helps[name] = what
-        elif line:
-            key, value = line.rsplit(" ", 1)
-            assert key not in series, f"series {key} twice"
-            series[key] = float(value)
-    return types, helps, series
 
 
 def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_factory):
