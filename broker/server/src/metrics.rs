@@ -430,8 +430,7 @@ pub fn prometheus_text(node: Node<'_>) -> String {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
         };
-        let _ = writeln!(out, "# HELP {name} {}", f.help.replace('\\', "\\\\").replace('\n', "\\n"));
-        let _ = writeln!(out, "# TYPE {name} {kind}");
+        header(&mut out, &name, f.help, kind);
         for s in samples {
             series(&mut out, &name, &s.labels, None);
             let _ = writeln!(out, " {}", s.value);
@@ -440,13 +439,18 @@ pub fn prometheus_text(node: Node<'_>) -> String {
     let Node::Broker(broker) = node else { return out };
     for h in HISTOGRAMS {
         let name = base_name(h.name, h.unit);
-        let _ = writeln!(out, "# HELP {name} {}", h.help.replace('\\', "\\\\").replace('\n', "\\n"));
-        let _ = writeln!(out, "# TYPE {name} histogram");
+        header(&mut out, &name, h.help, "histogram");
         for s in (h.read)(broker) {
             histogram_series(&mut out, &name, h.bounds, &s);
         }
     }
     out
+}
+
+/// A family's `# HELP` (escaped) and `# TYPE` lines.
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {}", help.replace('\\', "\\\\").replace('\n', "\\n"));
+    let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
 /// One histogram series: its cumulative buckets, sum and count.
