@@ -528,6 +528,57 @@ def read_batches(path: Path) -> tuple[list[Batch], int]:
     return batches, len(data) - pos
 
 
+@dataclass(frozen=True)
+class ProducerBatch:
+    """A v2 batch's producer fields and, if uncompressed, its record values."""
+    base_offset: int
+    last_offset: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    count: int
+    control: bool
+    values: tuple[bytes, ...] | None
+
+
+def _zigzag(data: bytes, i: int) -> tuple[int, int]:
+    shift = raw = 0
+    while True:
+        b = data[i]
+        i += 1
+        raw |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return (raw >> 1) ^ -(raw & 1), i
+
+
+def producer_batches(partition_dir: Path) -> list[ProducerBatch]:
+    """Every complete batch of a partition's segments, in offset order (Kafka's and Oxbow's
+    segment format is the same)."""
+    out: list[ProducerBatch] = []
+    for seg in segment_files(partition_dir):
+        data = seg.read_bytes()
+        for b in read_batches(seg)[0]:
+            at = b.position + 21
+            attrs, _, _, _, pid, pepoch, seq, n = struct.unpack_from(">hiqqqhii", data, at)
+            values = None
+            if attrs & 0x07 == 0:
+                vals, i, end = [], at + 40, b.position + b.size
+                for _ in range(n):
+                    length, i = _zigzag(data, i)
+                    nxt = i + length
+                    _, i = _zigzag(data, i + 1)  # attributes byte, timestamp delta
+                    _, i = _zigzag(data, i)  # offset delta
+                    klen, i = _zigzag(data, i)
+                    vlen, i = _zigzag(data, i + max(klen, 0))
+                    vals.append(data[i:i + max(vlen, 0)])
+                    i = nxt
+                assert i == end, f"{seg}: batch at {b.base_offset} does not parse"
+                values = tuple(vals)
+            out.append(ProducerBatch(b.base_offset, b.last_offset, pid, pepoch, seq, n, bool(attrs & 0x20), values))
+    return out
+
+
 def find_files_named(root: Path, name: str) -> list[Path]:
     return [p for p in root.rglob(name)]
 

@@ -42,6 +42,14 @@ def full_isr(adm: AdminClient, topic: str, members: list[int]) -> bool:
         return False
 
 
+def describe(read) -> str:
+    """What `read` returns, or why it could not (for failure messages)."""
+    try:
+        return str(read())
+    except Exception as e:  # noqa: BLE001 - a failure message must not fail itself
+        return f"unknown ({e})"
+
+
 def create_replicated(adm: AdminClient, topic: str, n: int = 3) -> None:
     fut = adm.create_topics([NewTopic(topic, n, 3, config={"min.insync.replicas": "2"})], operation_timeout=30)
     fut[topic].result(timeout=40)
@@ -329,8 +337,13 @@ def test_commits_waiting_for_a_stopped_follower_do_not_hold_up_the_groups_of_the
                 cons.commit(offsets=[TopicPartition("committed", 0, 100 + k)], asynchronous=True)
             wait_until(lambda: last_offset() >= before + 4, 30,
                        "all four commits appended to the leader's log while the follower is stopped")
-            assert [p.offset for p in unstable.committed(tp, timeout=30)] == [10], \
-                "a non-stable OffsetFetch answers at once, without the commit the ISR lacks"
+            seen = [p.offset for p in unstable.committed(tp, timeout=30)]
+            assert seen == [10], (
+                "a non-stable OffsetFetch answers at once, without the commit the ISR lacks; "
+                f"leader {leader}, controller {controller}, stopped follower {follower.node_id} "
+                f"({follower.proc.pid}, {open(f'/proc/{follower.proc.pid}/stat').read().split()[2]}), "
+                f"__consumer_offsets now {describe(lambda: partitions(adm, '__consumer_offsets'))}, "
+                f"log end {last_offset()} (before the commits {before})")
             reader = threading.Thread(target=lambda: stable_read.extend(stable.committed(tp, timeout=60)))
             reader.start()
             for cons in committers:
