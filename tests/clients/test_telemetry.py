@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from oxbow_harness import create_topic, free_port, require_broker_binary, scrape
@@ -141,6 +141,7 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
         "oxbow_broker_produced_bytes_total": "counter",
         "oxbow_broker_fetched_bytes_total": "counter",
         "oxbow_broker_connections": "gauge",
+        "oxbow_broker_purgatory_size": "gauge",
         "oxbow_broker_partitions": "gauge",
         "oxbow_broker_partitions_under_replicated": "gauge",
         "oxbow_broker_partitions_under_min_isr": "gauge",
@@ -202,3 +203,15 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
     # Both groups are empty now (their consumers closed), and only they have offsets.
     assert s['oxbow_coordinator_groups{type="classic",state="Empty"}'] == 2, s
     assert sorted(k for k in s if k.startswith("oxbow_consumer_group_lag")) == sorted([lag_lagging, lag_scraped])
+    # Nothing waits once the clients are done; a consumer's fetch at the log end then waits
+    # (fetch.wait.max.ms) in the fetch purgatory.
+    purgatory = 'oxbow_broker_purgatory_size{{purgatory="{}"}}'
+    assert (s[purgatory.format("produce")], s[purgatory.format("fetch")]) == (0, 0)
+    waiter = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "waiter", "fetch.wait.max.ms": 30000})
+    waiter.assign([TopicPartition("lagging", 0, OFFSET_END)])
+    try:
+        wait_for("a fetch waiting for data", lambda: waiter.poll(0.2) is None
+                 and scrape(url)[2][purgatory.format("fetch")] >= 1)
+        assert scrape(url)[2][purgatory.format("produce")] == 0
+    finally:
+        waiter.close()

@@ -20,6 +20,7 @@ use kafka_protocol::messages::ApiKey;
 use oxbow_meta::Quorum;
 
 use crate::broker::Broker;
+use crate::stats::Purgatory;
 
 /// How a family's values behave over time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +122,18 @@ pub const FAMILIES: &[Family] = &[
         unit: "{connection}",
         help: "Open client connections",
         read: Read::Broker(|b| Sample::plain(u64::try_from(b.stats.connections()).unwrap_or(0))),
+    },
+    Family {
+        name: "oxbow.broker.purgatory.size",
+        kind: Kind::Gauge,
+        unit: "{request}",
+        help: "Requests waiting, by purgatory: acks=all produce requests for the in-sync replicas, fetches for data",
+        read: Read::Broker(|b| {
+            Purgatory::ALL
+                .iter()
+                .map(|p| Sample { labels: vec![("purgatory", p.label().into())], value: b.stats.purgatory_size(*p) })
+                .collect()
+        }),
     },
     Family {
         name: "oxbow.broker.partitions",

@@ -54,6 +54,39 @@ pub struct Stats {
     produced_bytes: AtomicU64,
     fetched_bytes: AtomicU64,
     connections: AtomicI64,
+    /// Requests parked in each [`Purgatory`] now.
+    waiting: [AtomicI64; Purgatory::ALL.len()],
+}
+
+/// Where a request waits for something to happen (Kafka's delayed-operation purgatories).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purgatory {
+    /// An acks=all produce request, for the in-sync replicas to have its writes.
+    Produce,
+    /// A fetch (a consumer's or a follower's) with less than `min_bytes` to answer, for data or
+    /// `max_wait_ms`.
+    Fetch,
+}
+
+impl Purgatory {
+    pub const ALL: [Purgatory; 2] = [Purgatory::Produce, Purgatory::Fetch];
+
+    /// Its label value (Kafka's `delayedOperation` tag, lower case).
+    pub fn label(self) -> &'static str {
+        match self {
+            Purgatory::Produce => "produce",
+            Purgatory::Fetch => "fetch",
+        }
+    }
+}
+
+/// A request counted in a purgatory until dropped.
+pub struct Waiting<'a>(&'a AtomicI64);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Traffic of one topic on this broker (Kafka's BrokerTopicMetrics with a topic tag). The
@@ -98,6 +131,7 @@ impl Default for Stats {
             produced_bytes: AtomicU64::new(0),
             fetched_bytes: AtomicU64::new(0),
             connections: AtomicI64::new(0),
+            waiting: std::array::from_fn(|_| AtomicI64::new(0)),
         }
     }
 }
@@ -171,6 +205,18 @@ impl Stats {
         self.connections.load(Ordering::Relaxed)
     }
 
+    /// A request starts waiting in `purgatory`; it is counted there until the guard drops.
+    pub fn waiting(&self, purgatory: Purgatory) -> Waiting<'_> {
+        let n = &self.waiting[purgatory as usize];
+        n.fetch_add(1, Ordering::Relaxed);
+        Waiting(n)
+    }
+
+    /// Requests waiting in `purgatory` now.
+    pub fn purgatory_size(&self, purgatory: Purgatory) -> u64 {
+        u64::try_from(self.waiting[purgatory as usize].load(Ordering::Relaxed)).unwrap_or(0)
+    }
+
     /// (API key, requests) for every API asked at least once.
     pub fn requests(&self) -> Vec<(i16, u64)> {
         self.requests
@@ -228,6 +274,20 @@ impl LagBoard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_is_in_its_purgatory_while_its_guard_lives() {
+        let stats = Stats::default();
+        let a = stats.waiting(Purgatory::Fetch);
+        let b = stats.waiting(Purgatory::Fetch);
+        let c = stats.waiting(Purgatory::Produce);
+        assert_eq!((stats.purgatory_size(Purgatory::Produce), stats.purgatory_size(Purgatory::Fetch)), (1, 2));
+        drop(b);
+        drop(c);
+        assert_eq!((stats.purgatory_size(Purgatory::Produce), stats.purgatory_size(Purgatory::Fetch)), (0, 1));
+        drop(a);
+        assert_eq!(stats.purgatory_size(Purgatory::Fetch), 0);
+    }
 
     #[test]
     fn request_durations_fall_in_their_buckets_per_api() {

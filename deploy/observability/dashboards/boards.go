@@ -51,11 +51,13 @@ func cluster() Board {
 					q(`histogram_quantile(0.99, sum by (api, le) (rate(oxbow_broker_request_duration_seconds_bucket{`+inst+`}[$__rate_interval])))`, "{{api}}")),
 			}},
 			{"Brokers", []cog.Builder[dashboard.Panel]{
-				Graph("Client connections", "Open client connections per broker", "none", 8,
+				Graph("Client connections", "Open client connections per broker", "none", 6,
 					q(`sum by (instance) (oxbow_broker_connections{`+inst+`})`, "broker {{instance}}")),
-				Graph("Partitions by role", "Partitions each broker leads and follows", "none", 8,
+				Graph("Requests waiting", "Requests parked per broker (Kafka's purgatory sizes): acks=all produce requests waiting for the in-sync replicas, fetches waiting for data or fetch.max.wait.ms", "none", 6,
+					q(`sum by (instance, purgatory) (oxbow_broker_purgatory_size{`+inst+`})`, "broker {{instance}} {{purgatory}}")),
+				Graph("Partitions by role", "Partitions each broker leads and follows", "none", 6,
 					q(`sum by (instance, role) (oxbow_broker_partitions{`+inst+`})`, "broker {{instance}} {{role}}")),
-				Graph("Log size", "Bytes of log segments each broker holds", "bytes", 8,
+				Graph("Log size", "Bytes of log segments each broker holds", "bytes", 6,
 					q(`sum by (instance) (oxbow_broker_log_size_bytes{`+inst+`})`, "broker {{instance}}")),
 			}},
 			{"Replication", []cog.Builder[dashboard.Panel]{

@@ -27,7 +27,7 @@ use super::Ctx;
 use crate::broker::Topic;
 use crate::errors::BrokerError;
 use crate::partition::Partition;
-use crate::stats::TopicCounters;
+use crate::stats::{Purgatory, TopicCounters};
 
 /// A partition the request asks for, resolved once.
 struct Want {
@@ -268,8 +268,11 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
         // A follower's fetch offset is applied (its log end on this leader); a long poll has no
         // further effect, so the connection's next request may start during the wait.
         ctx.applied.fire();
+        let parked = ctx.broker.stats.waiting(Purgatory::Fetch);
         let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
-        if tokio::time::timeout_at(deadline, changed).await.is_err() {
+        let woken = tokio::time::timeout_at(deadline, changed).await;
+        drop(parked);
+        if woken.is_err() {
             // Timed out: answer with what there is now (possibly data that arrived at the edge).
             let pass = read_once(ctx, &wants, &topics, max_total, read_committed, follower);
             return answer(ctx, resp, pass, &wants);

@@ -23,6 +23,7 @@ use crate::clock::now_ms;
 use crate::errors::BrokerError;
 use crate::metadata_view::Topic;
 use crate::partition::{HwWait, Partition, TxnWrite};
+use crate::stats::Purgatory;
 use crate::txn_coordinator::Verdict;
 
 /// Produce v12+ comes from transaction version 2 producers: the leader adds the partition to
@@ -234,6 +235,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
     // acks=all: wait until the ISR has every write (immediate with one replica). The request's
     // timeout is one deadline for all its partitions, as in Kafka's produce purgatory.
     let deadline = Instant::now() + Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));
+    let _parked = (!pending.is_empty()).then(|| ctx.broker.stats.waiting(Purgatory::Produce));
     for p in pending {
         let left = deadline.saturating_duration_since(Instant::now());
         let e = match p.partition.wait_for_hw(p.wait_for, left).await {
