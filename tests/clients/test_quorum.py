@@ -214,10 +214,20 @@ def test_dedicated_controllers_serve_broker_only_nodes_and_survive_losing_the_ac
             m[new_active]["oxbow_controller_active"] == 1 else None
     wait_until(controller_metrics, 15, "the surviving controllers' /metrics")
     m = controller_metrics()
+    quorum_families = {"oxbow_controller_active", "oxbow_controller_partitions_offline", "oxbow_quorum_term",
+                       "oxbow_quorum_commits_total", "oxbow_quorum_commit_time_milliseconds_total"}
+    other = next(n.node_id for n in left if n.node_id != new_active)
     for node_id, x in m.items():
-        assert set(x) == {"oxbow_controller_active", "oxbow_controller_partitions_offline", "oxbow_quorum_term"}, x
+        lag = {f'oxbow_quorum_follower_lag{{node="{v}"}}' for v in (controller, other)} if node_id == new_active else set()
+        assert set(x) == quorum_families | lag, x
         assert x["oxbow_controller_active"] == (1 if node_id == new_active else 0), (node_id, x)
         assert x["oxbow_controller_partitions_offline"] == 0 and x["oxbow_quorum_term"] >= 2, (node_id, x)
+    # The new active controller committed (at least) after-failover's creation; the SIGKILLed
+    # voter missed it and lags, the other one catches up.
+    assert m[new_active]["oxbow_quorum_commits_total"] >= 1
+    assert m[new_active][f'oxbow_quorum_follower_lag{{node="{controller}"}}'] >= 1
+    wait_until(lambda: _metrics(c.node(new_active)).get(f'oxbow_quorum_follower_lag{{node="{other}"}}') == 0, 15,
+               "the surviving voter to catch up with the new active controller")
     # Broker-only nodes serve their broker metrics, and are never the active controller.
     b = _metrics(brokers[0])
     assert b["oxbow_controller_active"] == 0 and b["oxbow_controller_partitions_offline"] == 0, b

@@ -106,7 +106,7 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
     # One broker: a topic asking for 2 in-sync replicas has every partition under its min ISR.
     create_topic(b, "scraped", 3)
     create_topic(b, "strict", 2, config={"min.insync.replicas": "2"})
-    create_topic(b, "lagging", 1)
+    create_topic(b, "lagging", 1, config={"flush.messages": "1"})  # every append is flushed
     # Idempotent: one producer id, with state in each partition it writes to.
     p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "enable.idempotence": True})
     for i in range(500):
@@ -158,6 +158,11 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
         "oxbow_consumer_group_lag": "gauge",
         "oxbow_coordinator_groups": "gauge",
         "oxbow_quorum_term": "gauge",
+        "oxbow_quorum_commits_total": "counter",
+        "oxbow_quorum_commit_time_milliseconds_total": "counter",
+        "oxbow_quorum_follower_lag": "gauge",
+        "oxbow_log_flushes_total": "counter",
+        "oxbow_log_flush_time_milliseconds_total": "counter",
         "oxbow_broker_request_duration_seconds": "histogram",
     }, types
     assert set(helps) == set(types) and all(helps.values())
@@ -203,6 +208,13 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
     # Both groups are empty now (their consumers closed), and only they have offsets.
     assert s['oxbow_coordinator_groups{type="classic",state="Empty"}'] == 2, s
     assert sorted(k for k in s if k.startswith("oxbow_consumer_group_lag")) == sorted([lag_lagging, lag_scraped])
+    # The single node is the active controller: it committed (at least) its registration and
+    # the three topics; it has no other voter to lag. lagging's appends were each flushed.
+    assert s["oxbow_quorum_commits_total"] >= 4
+    assert s["oxbow_quorum_commit_time_milliseconds_total"] >= 0
+    assert not [k for k in s if k.startswith("oxbow_quorum_follower_lag")]
+    assert 1 <= s["oxbow_log_flushes_total"] <= 500 + 500
+    assert s["oxbow_log_flush_time_milliseconds_total"] >= 0
     # Nothing waits once the clients are done; a consumer's fetch at the log end then waits
     # (fetch.wait.max.ms) in the fetch purgatory.
     purgatory = 'oxbow_broker_purgatory_size{{purgatory="{}"}}'

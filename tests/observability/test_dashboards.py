@@ -286,7 +286,8 @@ def test_every_dashboard_and_alert_query_returns_the_workloads_figures(stack):
     cluster, prom, procs = stack
     boot = cluster.bootstrap()
     admin = AdminClient({"bootstrap.servers": boot})
-    for f in admin.create_topics([NewTopic("orders", 6, 3),
+    # orders flushes every 100 records (flush.messages), so the flush panels have data.
+    for f in admin.create_topics([NewTopic("orders", 6, 3, config={"flush.messages": "100"}),
                                   NewTopic("strict", 3, 3, config={"min.insync.replicas": "3"})]).values():
         f.result(30)
     produce(boot, "orders", N, 6)
@@ -310,6 +311,15 @@ def test_every_dashboard_and_alert_query_returns_the_workloads_figures(stack):
     wait_until(lambda: (prom.value('sum(oxbow_topic_fetched_bytes_total{topic="orders"})') or 0) >= on_disk, 30,
                "bytes out of orders to reach its bytes on disk (the consumer's and the followers' reads)")
     wait_value(prom, 'sum(oxbow_coordinator_groups{type="classic",state="Empty"})', 1, 30)
+    # Flushes happened (leaders' and followers' logs of orders) and took some time; the active
+    # controller committed the topics' creation and sees both other voters (caught up: lag 0).
+    # (At least one per partition's leader: a batch can carry more than 100 records.)
+    wait_until(lambda: (prom.value("sum(oxbow_log_flushes_total)") or 0) >= 6, 30,
+               "the flush.messages flushes of orders to be counted")
+    assert prom.value("sum(oxbow_log_flush_time_milliseconds_total)") is not None
+    assert (prom.value("sum(oxbow_quorum_commits_total)") or 0) >= 2
+    wait_value(prom, "count(oxbow_quorum_follower_lag)", 2, 30)
+    wait_value(prom, "max(oxbow_quorum_follower_lag)", 0, 30)
     # Every produce request received was answered and timed once.
     wait_value(prom, 'sum(oxbow_broker_requests_total{api="Produce"}) - '
                'sum(oxbow_broker_request_duration_seconds_count{api="Produce"})', 0, 30)

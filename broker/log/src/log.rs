@@ -23,6 +23,7 @@ use crate::recompress::recompress;
 use crate::segment::{self, ActiveSegment, SealedSegment, SegmentSettings, scan_log};
 
 mod flush;
+pub use flush::{flush_stats, record_flush};
 mod read;
 mod txn;
 

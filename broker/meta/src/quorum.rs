@@ -214,6 +214,9 @@ struct Inner {
     heard_from_leader: tokio::sync::Notify,
     /// When each node last answered this node's Raft RPCs (shared with openraft's network).
     contacts: Contacts,
+    /// Metadata writes this node committed as the active controller, and their total time (µs).
+    commits: AtomicU64,
+    commit_micros: AtomicU64,
 }
 
 /// A handle on this node's view of the metadata quorum.
@@ -270,6 +273,8 @@ impl Quorum {
             leader_hint: AtomicU64::new(NO_LEADER),
             heard_from_leader: tokio::sync::Notify::new(),
             contacts,
+            commits: AtomicU64::new(0),
+            commit_micros: AtomicU64::new(0),
         });
         let q = Quorum { inner };
         if restarted && q.voter_count() > 1 {
@@ -464,6 +469,35 @@ impl Quorum {
             }
             _ => ("Observer".into(), self.leader(), 0),
         }
+    }
+
+    /// Metadata writes this node committed as the active controller, and their total time in
+    /// microseconds, from the proposal to its commit and apply on this node (Kafka's
+    /// commit-latency of the raft metrics, with the apply).
+    pub fn commit_stats(&self) -> (u64, u64) {
+        (self.inner.commits.load(Ordering::Relaxed), self.inner.commit_micros.load(Ordering::Relaxed))
+    }
+
+    /// On the active controller: each other voter's lag, the metadata log entries it does not
+    /// have yet (the leader's last index - the voter's matched index, all of them while its
+    /// match is unknown). Empty on every other node.
+    pub fn follower_lag(&self) -> Vec<(NodeId, u64)> {
+        let Some(raft) = &self.inner.raft else { return Vec::new() };
+        let m = raft.metrics().borrow().clone();
+        if m.state != ServerState::Leader {
+            return Vec::new();
+        }
+        let end = m.last_log_index.map_or(0, |i| i + 1);
+        let replication = m.replication.clone().unwrap_or_default();
+        m.membership_config
+            .membership()
+            .voter_ids()
+            .filter(|id| Some(*id) != m.current_leader)
+            .map(|id| {
+                let have = replication.get(&id).copied().flatten().map_or(0, |l| l.index + 1);
+                (id as NodeId, end.saturating_sub(have))
+            })
+            .collect()
     }
 
     /// The quorum as this node sees it (complete on the leader).
@@ -748,8 +782,14 @@ impl Quorum {
     }
 
     async fn write(&self, raft: &Raft, records: Vec<crate::records::Record>) -> Result<u64, CommandError> {
+        let started = std::time::Instant::now();
         match raft.client_write(RecordBatch { records }).await {
-            Ok(r) => Ok(r.data.version),
+            Ok(r) => {
+                self.inner.commits.fetch_add(1, Ordering::Relaxed);
+                let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                self.inner.commit_micros.fetch_add(took, Ordering::Relaxed);
+                Ok(r.data.version)
+            }
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(self.not_controller()),
             Err(e) => Err(CommandError::Unavailable(e.to_string())),
         }

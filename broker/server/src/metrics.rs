@@ -270,6 +270,46 @@ pub const FAMILIES: &[Family] = &[
         help: "The metadata quorum's Raft term as this node sees it (0 outside the quorum)",
         read: Read::Quorum(|q| Sample::plain(q.local_view().2)),
     },
+    Family {
+        name: "oxbow.quorum.commits",
+        kind: Kind::Counter,
+        unit: "{commit}",
+        help: "Metadata writes this node committed as the active controller",
+        read: Read::Quorum(|q| Sample::plain(q.commit_stats().0)),
+    },
+    Family {
+        name: "oxbow.quorum.commit.time",
+        kind: Kind::Counter,
+        unit: "ms",
+        help: "Total time of those writes, from proposal to commit and apply on the active controller (divided by the commits: the commit latency)",
+        read: Read::Quorum(|q| Sample::plain(q.commit_stats().1 / 1000)),
+    },
+    Family {
+        name: "oxbow.quorum.follower.lag",
+        kind: Kind::Gauge,
+        unit: "{entry}",
+        help: "On the active controller: metadata log entries each other voter does not have yet",
+        read: Read::Quorum(|q| {
+            q.follower_lag()
+                .into_iter()
+                .map(|(node, lag)| Sample { labels: vec![("node", node.to_string())], value: lag })
+                .collect()
+        }),
+    },
+    Family {
+        name: "oxbow.log.flushes",
+        kind: Kind::Counter,
+        unit: "{flush}",
+        help: "Log flushes (fsyncs of partition logs: flush.messages, flush.ms, sealed segments in the background)",
+        read: Read::Broker(|_| Sample::plain(oxbow_log::log::flush_stats().0)),
+    },
+    Family {
+        name: "oxbow.log.flush.time",
+        kind: Kind::Counter,
+        unit: "ms",
+        help: "Total time of those flushes (divided by the flushes: the flush latency)",
+        read: Read::Broker(|_| Sample::plain(oxbow_log::log::flush_stats().1 / 1000)),
+    },
 ];
 
 /// A histogram: how many observations fell in each bucket, by labels.

@@ -56,6 +56,7 @@ pub fn flush_pass(broker: &Broker) {
             tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush failed");
         }
         if let Ok(Some((files, upto))) = p.with_log(|l| l.pending_flush()) {
+            let started = std::time::Instant::now();
             let synced = files.iter().all(|f| match f.sync_data() {
                 Ok(()) => true,
                 Err(e) => {
@@ -64,6 +65,7 @@ pub fn flush_pass(broker: &Broker) {
                 }
             });
             if synced {
+                oxbow_log::log::record_flush(started.elapsed());
                 let _ = p.with_log(|l| l.mark_flushed(upto));
             }
         }

@@ -67,6 +67,12 @@ func cluster() Board {
 				Graph("Producer ids", "Idempotent and transactional producers with state in the partitions each broker leads, summed over them", "none", 12,
 					q(`sum by (instance) (oxbow_broker_producer_ids{`+inst+`})`, "broker {{instance}}")),
 			}},
+			{"Disk", []cog.Builder[dashboard.Panel]{
+				Graph("Log flushes", "fsyncs of partition logs per second, per broker: flush.messages and flush.ms flushes, and sealed segments synced in the background", "ops", 12,
+					q(`sum by (instance) (rate(oxbow_log_flushes_total{`+inst+`}[$__rate_interval]))`, "broker {{instance}}")),
+				Graph("Flush latency", "Mean time of a log flush, per broker (empty while nothing is flushed)", "ms", 12,
+					q(`sum by (instance) (rate(oxbow_log_flush_time_milliseconds_total{`+inst+`}[$__rate_interval])) / sum by (instance) (rate(oxbow_log_flushes_total{`+inst+`}[$__rate_interval]))`, "broker {{instance}}")),
+			}},
 		},
 	}
 }
@@ -138,6 +144,14 @@ func quorum() Board {
 					q(`max by (instance) (oxbow_controller_active)`, "node {{instance}}")),
 				Graph("Raft term", "The quorum's term as each node sees it: a step is an election", "none", 12,
 					q(`max by (instance) (oxbow_quorum_term)`, "node {{instance}}")),
+			}},
+			{"Metadata log", []cog.Builder[dashboard.Panel]{
+				Graph("Commit latency", "Mean time of the active controller's metadata writes, from proposal to commit and apply (empty while nothing is written)", "ms", 8,
+					q(`sum(rate(oxbow_quorum_commit_time_milliseconds_total[$__rate_interval])) / sum(rate(oxbow_quorum_commits_total[$__rate_interval]))`, "commit latency")),
+				Graph("Commits", "Metadata writes the active controller committed per minute", "cpm", 8,
+					q(`sum(rate(oxbow_quorum_commits_total[$__rate_interval])) * 60`, "commits")),
+				Graph("Follower lag", "Metadata log entries each voter lacks, as the active controller sees it: a voter that stays behind is down or cut off", "none", 8,
+					q(`max by (node) (oxbow_quorum_follower_lag)`, "voter {{node}}")),
 			}},
 		},
 	}

@@ -4,11 +4,30 @@
 
 use std::fs::File;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::checkpoint::write_atomic;
 use crate::error::Result;
 use crate::log::{Log, list_offsets, snapshot_path, txn};
 use crate::segment::SealedSegment;
+
+/// Every log flush of this process (Kafka's LogFlushStats, a process-wide timer too): how many,
+/// and their total time in microseconds.
+static FLUSHES: AtomicU64 = AtomicU64::new(0);
+static FLUSH_MICROS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a flush that took `took`: [`Log::flush`] counts its own; a caller that syncs the
+/// files of [`Log::pending_flush`] counts that sync.
+pub fn record_flush(took: Duration) {
+    FLUSHES.fetch_add(1, Ordering::Relaxed);
+    FLUSH_MICROS.fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+}
+
+/// (flushes, their total time in microseconds) since the process started.
+pub fn flush_stats() -> (u64, u64) {
+    (FLUSHES.load(Ordering::Relaxed), FLUSH_MICROS.load(Ordering::Relaxed))
+}
 
 impl Log {
     /// Whether `flush.ms` says the log is due for a flush.
@@ -21,11 +40,13 @@ impl Log {
     /// fsyncs everything written so far and moves the recovery point to the log end (or to the
     /// first segment whose transaction index awaits a rebuild, see `Log::txn_rebuild_floor`).
     pub fn flush(&mut self, now_ms: i64) -> Result<()> {
+        let started = Instant::now();
         for s in self.sealed.values_mut().filter(|s| !s.flushed) {
             s.sync()?;
             s.flushed = true;
         }
         self.active.sync()?;
+        record_flush(started.elapsed());
         self.unflushed_messages = 0;
         self.last_flush_ms = now_ms;
         self.recovery_point = self.log_end_offset().min(self.txn_rebuild_floor());
