@@ -157,6 +157,8 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
         "oxbow_controller_partitions_offline": "gauge",
         "oxbow_consumer_group_lag": "gauge",
         "oxbow_coordinator_groups": "gauge",
+        "oxbow_coordinator_rebalances_total": "counter",
+        "oxbow_coordinator_rebalance_time_milliseconds_total": "counter",
         "oxbow_quorum_term": "gauge",
         "oxbow_quorum_commits_total": "counter",
         "oxbow_quorum_commit_time_milliseconds_total": "counter",
@@ -208,6 +210,10 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
     # Both groups are empty now (their consumers closed), and only they have offsets.
     assert s['oxbow_coordinator_groups{type="classic",state="Empty"}'] == 2, s
     assert sorted(k for k in s if k.startswith("oxbow_consumer_group_lag")) == sorted([lag_lagging, lag_scraped])
+    # scraper's and laggard's consumers each joined a classic group that became Stable.
+    assert s['oxbow_coordinator_rebalances_total{type="classic"}'] >= 2
+    assert s['oxbow_coordinator_rebalances_total{type="consumer"}'] == 0
+    assert s['oxbow_coordinator_rebalance_time_milliseconds_total{type="classic"}'] >= 0
     # The single node is the active controller: it committed (at least) its registration and
     # the three topics; it has no other voter to lag. lagging's appends were each flushed.
     assert s["oxbow_quorum_commits_total"] >= 4

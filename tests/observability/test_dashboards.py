@@ -282,6 +282,18 @@ def consume_and_commit(bootstrap: str, topic: str, partitions: int, m: int) -> N
     c.close()
 
 
+def join_and_leave(bootstrap: str, topic: str) -> None:
+    """A consumer of group `audit` subscribes to `topic` (a classic rebalance that completes
+    when it has its assignment), then leaves without committing."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "audit", "enable.auto.commit": False})
+    c.subscribe([topic])
+    deadline = time.monotonic() + 60
+    while not c.assignment():
+        assert time.monotonic() < deadline, "audit's consumer got no assignment"
+        c.poll(0.5)
+    c.close()
+
+
 def test_every_dashboard_and_alert_query_returns_the_workloads_figures(stack):
     cluster, prom, procs = stack
     boot = cluster.bootstrap()
@@ -292,6 +304,7 @@ def test_every_dashboard_and_alert_query_returns_the_workloads_figures(stack):
         f.result(30)
     produce(boot, "orders", N, 6)
     consume_and_commit(boot, "orders", 6, M)
+    join_and_leave(boot, "orders")
 
     # The values the workload fixes, as Prometheus has them from the collector.
     wait_value(prom, 'sum(oxbow_topic_produced_records_total{topic="orders"})', N, 60)
@@ -310,7 +323,12 @@ def test_every_dashboard_and_alert_query_returns_the_workloads_figures(stack):
     wait_value(prom, 'sum(oxbow_broker_partitions{role="leader"})', partitions, 30)
     wait_until(lambda: (prom.value('sum(oxbow_topic_fetched_bytes_total{topic="orders"})') or 0) >= on_disk, 30,
                "bytes out of orders to reach its bytes on disk (the consumer's and the followers' reads)")
-    wait_value(prom, 'sum(oxbow_coordinator_groups{type="classic",state="Empty"})', 1, 30)
+    # billing (offsets, no members) and audit (its member left) are both Empty.
+    wait_value(prom, 'sum(oxbow_coordinator_groups{type="classic",state="Empty"})', 2, 30)
+    # audit's consumer joined a classic group that became Stable: one rebalance, then its
+    # leaving ended with nobody (not counted).
+    wait_value(prom, 'sum(oxbow_coordinator_rebalances_total{type="classic"})', 1, 30)
+    wait_value(prom, 'sum(oxbow_coordinator_rebalances_total{type="consumer"})', 0, 30)
     # Flushes happened (leaders' and followers' logs of orders) and took some time; the active
     # controller committed the topics' creation and sees both other voters (caught up: lag 0).
     # (At least one per partition's leader: a batch can carry more than 100 records.)

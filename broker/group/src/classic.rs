@@ -238,6 +238,9 @@ pub struct ClassicGroup {
     initial: Option<InitialDelay>,
     new_member_added: bool,
     sync_deadline: Option<i64>,
+    /// When the rebalance under way started (PreparingRebalance from Stable, CompletingRebalance
+    /// or Empty); it ends when the leader's assignment makes the group Stable.
+    rebalance_started: Option<i64>,
 }
 
 impl ClassicGroup {
@@ -259,6 +262,7 @@ impl ClassicGroup {
             initial: None,
             new_member_added: false,
             sync_deadline: None,
+            rebalance_started: None,
         }
     }
 
@@ -682,7 +686,16 @@ impl ClassicGroup {
             self.join_deadline = Some(now + self.rebalance_timeout());
         }
         self.set_state(GroupState::PreparingRebalance, now);
+        self.rebalance_started.get_or_insert(now);
         self.try_complete_join(now, out);
+    }
+
+    /// How long the rebalance that has just made the group Stable took; once per rebalance.
+    pub fn take_completed_rebalance(&mut self, now: i64) -> Option<i64> {
+        if self.state != GroupState::Stable {
+            return None;
+        }
+        self.rebalance_started.take().map(|started| now - started)
     }
 
     /// Clears assignments and answers parked SyncGroups with `error`.
@@ -747,6 +760,8 @@ impl ClassicGroup {
         if self.members.is_empty() {
             self.protocol = None;
             self.leader = None;
+            // Everyone left: no assignment came of it.
+            self.rebalance_started = None;
             self.set_state(GroupState::Empty, now);
             out.push(Out::Store { group: self.id.clone(), generation: self.generation, then: Vec::new() });
             return;

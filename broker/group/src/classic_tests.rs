@@ -96,6 +96,15 @@ fn first_member_and_initial_delay() {
 }
 
 #[test]
+fn a_rebalance_is_timed_from_its_start_to_the_stable_assignment() {
+    let mut g = stable_one();
+    // m1's second join started it at t=10 (the first, MEMBER_ID_REQUIRED, added nobody); the
+    // leader's sync at t=3_020 ended it.
+    assert_eq!(g.take_completed_rebalance(3_020), Some(3_010));
+    assert_eq!(g.take_completed_rebalance(3_030), None, "counted once");
+}
+
+#[test]
 fn initial_delay_extends_while_members_arrive() {
     let mut g = ClassicGroup::new("g", cfg(), 0);
     let mut j = req("", &range());

@@ -217,6 +217,9 @@ pub struct ConsumerGroup {
     resolved_version: Option<u64>,
     assignor: Assignor,
     state_since: i64,
+    /// When the rebalance under way started (the group epoch went up); it ends when every
+    /// member has reconciled to the target (Stable).
+    rebalance_started: Option<i64>,
 }
 
 impl ConsumerGroup {
@@ -231,6 +234,7 @@ impl ConsumerGroup {
             subscribed: Some(BTreeMap::new()),
             metadata_hash: metadata_hash(&BTreeMap::new()),
             resolved_version: None,
+            rebalance_started: None,
             assignor: cfg.assignors.first().copied().unwrap_or(Assignor::Uniform),
             state_since: now,
         }
@@ -402,6 +406,14 @@ impl ConsumerGroup {
         Some(g)
     }
 
+    /// How long the rebalance that has just made the group Stable took; once per rebalance.
+    pub fn take_completed_rebalance(&mut self, now: i64) -> Option<i64> {
+        if self.state() != ConsumerGroupState::Stable {
+            return None;
+        }
+        self.rebalance_started.take().map(|started| now - started)
+    }
+
     pub fn state(&self) -> ConsumerGroupState {
         if self.members.is_empty() {
             ConsumerGroupState::Empty
@@ -485,6 +497,9 @@ impl ConsumerGroup {
         self.epoch += 1;
         if self.members.is_empty() {
             self.state_since = now;
+            self.rebalance_started = None;
+        } else {
+            self.rebalance_started.get_or_insert(now);
         }
         // What the others subscribe to can only shrink: resolve against what was subscribed.
         // Right after loading that is unknown: the next heartbeat computes the target.
@@ -556,6 +571,7 @@ impl ConsumerGroup {
         }
         if bump {
             self.epoch += 1;
+            self.rebalance_started.get_or_insert(now);
         }
         if self.epoch > self.target_epoch {
             self.compute_target(cfg);

@@ -66,6 +66,16 @@ pub struct Listing {
     pub group_type: &'static str,
 }
 
+/// A completed rebalance: a classic group made Stable by its leader's assignment, or a consumer
+/// protocol group whose members all reconciled to a new target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rebalance {
+    /// `classic` or `consumer`, as the groups' `type` label.
+    pub kind: &'static str,
+    /// From its start (a member joined, left or changed its subscription) to its end.
+    pub duration_ms: i64,
+}
+
 #[derive(Debug, Default)]
 pub struct Shard {
     groups: HashMap<String, ClassicGroup>,
@@ -82,6 +92,8 @@ pub struct Shard {
     loading_consumer: HashMap<String, BTreeMap<ConsumerKey, ConsumerValue>>,
     /// Records the shard's last operations want written; see [`Shard::take_writes`].
     pending: Vec<Write>,
+    /// Rebalances completed since [`Shard::take_rebalances`] was last called.
+    rebalances: Vec<Rebalance>,
     cfg: GroupConfig,
     consumer_cfg: ConsumerConfig,
     offset_cfg: OffsetConfig,
@@ -296,7 +308,13 @@ impl Shard {
 
     pub fn sync(&mut self, group: &str, req: SyncRequest, ticket: Ticket, now: i64) -> Vec<Out> {
         match self.groups.get_mut(group) {
-            Some(g) => g.sync(req, ticket, now),
+            Some(g) => {
+                let out = g.sync(req, ticket, now);
+                if let Some(duration_ms) = g.take_completed_rebalance(now) {
+                    self.rebalances.push(Rebalance { kind: "classic", duration_ms });
+                }
+                out
+            }
             None => vec![Out::Sync(ticket, crate::classic::SyncResponse::error(E::UnknownMemberId))],
         }
     }
@@ -552,6 +570,9 @@ impl Shard {
         let epochs = (c.epoch(), c.target_epoch());
         let before = c.stored_for(&scope);
         let r = c.heartbeat(req, &self.consumer_cfg, catalog, now);
+        if let Some(duration_ms) = c.take_completed_rebalance(now) {
+            self.rebalances.push(Rebalance { kind: "consumer", duration_ms });
+        }
         let writes = if (c.epoch(), c.target_epoch()) == epochs {
             consumer_writes(group, &before, &c.stored_for(&scope))
         } else {
@@ -566,6 +587,11 @@ impl Shard {
     /// tombstones of a group that changed protocol). The runtime appends them, then answers.
     pub fn take_writes(&mut self) -> Vec<Write> {
         std::mem::take(&mut self.pending)
+    }
+
+    /// The rebalances completed since the last call (the broker counts them).
+    pub fn take_rebalances(&mut self) -> Vec<Rebalance> {
+        std::mem::take(&mut self.rebalances)
     }
 
     /// A copy of everything `group` is, to put back with [`Shard::undo`] if the records of a

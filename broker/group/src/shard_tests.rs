@@ -53,6 +53,9 @@ fn consumer_groups_are_stored_and_reloaded_without_a_rebalance() {
     let rb = s.consumer_heartbeat("g", &beat("b", 2, Some(Default::default())), &catalog, 0).0;
     assert_eq!(rb.assignment.map(|a| crate::assignor::count(&a)), Some(2));
     log.extend(s.take_writes());
+    // Both members reconciled to the target: the rebalances that got them there are counted.
+    let done = s.take_rebalances();
+    assert!(!done.is_empty() && done.iter().all(|r| r.kind == "consumer" && r.duration_ms == 0), "{done:?}");
     // What was written reproduces the group exactly.
     assert_eq!(reload(&log, 0).consumer_group("g").unwrap().stored(), s.consumer_group("g").unwrap().stored());
     // A static member's replacement: the old incarnation's records become tombstones.

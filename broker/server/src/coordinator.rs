@@ -117,7 +117,12 @@ pub struct Coordinator {
     catalog: parking_lot::Mutex<(u64, Arc<Catalog>)>,
     /// The group operations running as their own tasks ([`Self::detached`]).
     tasks: TaskTracker,
+    /// Rebalances completed here: (count, total ms) of classic groups, then of consumer groups.
+    rebalances: [(AtomicU64, AtomicU64); 2],
 }
+
+/// The group types rebalances are counted by, in [`Coordinator::rebalances`]' order.
+pub const REBALANCE_KINDS: [&str; 2] = ["classic", "consumer"];
 
 impl Coordinator {
     pub fn new(settings: GroupSettings) -> Self {
@@ -129,7 +134,24 @@ impl Coordinator {
             loading: AsyncMutex::new(()),
             catalog: parking_lot::Mutex::new((u64::MAX, Arc::new(Catalog::default()))),
             tasks: TaskTracker::new(),
+            rebalances: Default::default(),
         }
+    }
+
+    /// Counts the rebalances the shard completed since it was last asked.
+    fn count_rebalances(&self, st: &mut SlotState) {
+        for r in st.shard.take_rebalances() {
+            let Some(i) = REBALANCE_KINDS.iter().position(|k| *k == r.kind) else { continue };
+            let (count, ms) = &self.rebalances[i];
+            count.fetch_add(1, Ordering::Relaxed);
+            ms.fetch_add(u64::try_from(r.duration_ms).unwrap_or(0), Ordering::Relaxed);
+        }
+    }
+
+    /// Rebalances completed by the groups coordinated here since the broker started, by type
+    /// ([`REBALANCE_KINDS`]): (count, total duration in ms).
+    pub fn rebalance_stats(&self) -> [(u64, u64); 2] {
+        self.rebalances.each_ref().map(|(c, ms)| (c.load(Ordering::Relaxed), ms.load(Ordering::Relaxed)))
     }
 
     /// Runs `f` as its own task and waits for it: a coordinator operation must finish (append,
@@ -311,6 +333,7 @@ impl Coordinator {
         outs: Vec<Out>,
     ) -> OwnedMutexGuard<SlotState> {
         let mut st = st;
+        self.count_rebalances(&mut st);
         let writes = st.shard.take_writes();
         let (again, r) = self.store(view, slot, st, &writes).await;
         st = again;
@@ -513,6 +536,7 @@ impl Coordinator {
         let r = match self.locked(view, group).await {
             Ok((slot, mut st)) => {
                 let (r, undo) = st.shard.consumer_heartbeat(group, &req, &catalog, now_ms());
+                self.count_rebalances(&mut st);
                 let writes = st.shard.take_writes();
                 match self.write(view, &slot, &mut st, &writes) {
                     Ok(None) => match self.caught_up(&slot, st).await {

@@ -271,6 +271,20 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Quorum(|q| Sample::plain(q.local_view().2)),
     },
     Family {
+        name: "oxbow.coordinator.rebalances",
+        kind: Kind::Counter,
+        unit: "{rebalance}",
+        help: "Rebalances completed by the groups coordinated here, by type: classic groups made Stable by their leader's assignment, consumer groups whose members all reconciled",
+        read: Read::Broker(|b| rebalances(b, |(count, _)| count)),
+    },
+    Family {
+        name: "oxbow.coordinator.rebalance.time",
+        kind: Kind::Counter,
+        unit: "ms",
+        help: "Total time of those rebalances, from the change that started each (a member joining, leaving or changing its subscription) to its end (divided by the rebalances: the rebalance duration)",
+        read: Read::Broker(|b| rebalances(b, |(_, ms)| ms)),
+    },
+    Family {
         name: "oxbow.quorum.commits",
         kind: Kind::Counter,
         unit: "{commit}",
@@ -361,6 +375,16 @@ pub fn api_name(key: i16) -> String {
 
 fn requests(b: &Broker) -> Vec<Sample> {
     b.stats.requests().into_iter().map(|(key, n)| Sample { labels: vec![("api", api_name(key))], value: n }).collect()
+}
+
+/// One sample per group type of what `pick` takes from its (count, total ms) of rebalances.
+fn rebalances(b: &Broker, pick: fn((u64, u64)) -> u64) -> Vec<Sample> {
+    let stats = b.groups.rebalance_stats();
+    crate::coordinator::REBALANCE_KINDS
+        .iter()
+        .zip(stats)
+        .map(|(kind, s)| Sample { labels: vec![("type", (*kind).to_string())], value: pick(s) })
+        .collect()
 }
 
 /// Partition counts read from the broker at one collection.

@@ -123,6 +123,12 @@ func groups() Board {
 				Graph("Groups by coordinator", "Groups each broker coordinates", "none", 12,
 					q(`sum by (instance) (oxbow_coordinator_groups)`, "broker {{instance}}")),
 			}},
+			{"Rebalances", []cog.Builder[dashboard.Panel]{
+				Graph("Rebalances", "Rebalances completed per minute, by group type: classic groups made Stable by their leader's assignment, consumer groups (KIP-848) whose members all reconciled", "cpm", 12,
+					q(`sum by (type) (rate(oxbow_coordinator_rebalances_total[$__rate_interval])) * 60`, "{{type}}")),
+				Graph("Rebalance duration", "Mean time from the change that started a rebalance (a member joining, leaving, changing its subscription) to its end, by group type (empty while none completes)", "ms", 12,
+					q(`sum by (type) (rate(oxbow_coordinator_rebalance_time_milliseconds_total[$__rate_interval])) / sum by (type) (rate(oxbow_coordinator_rebalances_total[$__rate_interval]))`, "{{type}}")),
+			}},
 		},
 	}
 }
