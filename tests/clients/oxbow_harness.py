@@ -514,7 +514,12 @@ def base_offset_of(path: Path) -> int:
 def read_batches(path: Path) -> tuple[list[Batch], int]:
     """Complete v2 record batches in a segment, plus the count of trailing bytes
     that do not form a complete batch."""
-    data = path.read_bytes()
+    return batches_in(path.read_bytes())
+
+
+def batches_in(data: bytes) -> tuple[list[Batch], int]:
+    """Complete v2 record batches in a segment's bytes, plus the count of trailing bytes that do
+    not form a complete batch."""
     batches: list[Batch] = []
     pos = 0
     while len(data) - pos >= 17:
@@ -558,7 +563,7 @@ def producer_batches(partition_dir: Path) -> list[ProducerBatch]:
     out: list[ProducerBatch] = []
     for seg in segment_files(partition_dir):
         data = seg.read_bytes()
-        for b in read_batches(seg)[0]:
+        for b in batches_in(data)[0]:
             at = b.position + 21
             attrs, _, _, _, pid, pepoch, seq, n = struct.unpack_from(">hiqqqhii", data, at)
             values = None

@@ -10,7 +10,7 @@ produce requests routed by the broker's view from before the change, and followe
 sent to the old leader. Then everything is read back: no acknowledged record lost, no send
 refused (an idempotent producer's epoch must never fall behind its own writes, which is what
 InvalidProducerEpochException would say), and in every leader's log each producer epoch's
-sequences run 0, 1, 2, ... without a gap or a repeat: the broker never accepted a retry twice.
+sequences run on without a gap or a repeat: the broker never accepted a retry twice.
 The Java producer duplicates nothing. librdkafka may: when one partition answers
 OUT_OF_ORDER_SEQUENCE_NUMBER (a later batch reached the new leader before an earlier one's
 retry, which Kafka answers the same way) it bumps its epoch for every partition and renumbers
@@ -91,8 +91,10 @@ def leaders_batches(cluster: Cluster, adm: AdminClient) -> dict[int, list[Produc
 
 def sequence_breaks(batches: dict[int, list[ProducerBatch]]) -> list[str]:
     """The broker's side of idempotence: in each partition, each producer epoch's batches carry
-    sequences 0, 1, 2, ... in offset order, with no gap and none twice (a retry the broker
-    accepted twice would repeat its sequences)."""
+    consecutive sequences in offset order, with no gap and none twice (a retry the broker
+    accepted twice would repeat its sequences). Its first batch there may start anywhere: a
+    leader with no state for a producer accepts any sequence (Kafka's rule), and a producer's
+    first batch can reach a new leader after its earlier ones went to the old one."""
     breaks = []
     for p, bs in batches.items():
         expected: dict[tuple[int, int], int] = {}
@@ -100,9 +102,9 @@ def sequence_breaks(batches: dict[int, list[ProducerBatch]]) -> list[str]:
             if b.producer_id < 0 or b.control:
                 continue
             key = (b.producer_id, b.producer_epoch)
-            if b.base_sequence != expected.get(key, 0):
+            if key in expected and b.base_sequence != expected[key]:
                 breaks.append(f"partition {p}, offset {b.base_offset}: producer {key[0]} epoch {key[1]} "
-                              f"sequence {b.base_sequence}, expected {expected.get(key, 0)}")
+                              f"sequence {b.base_sequence}, expected {expected[key]}")
             expected[key] = b.base_sequence + b.count
     return breaks
 

@@ -225,7 +225,7 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
     # (fetch.wait.max.ms) in the fetch purgatory.
     purgatory = 'oxbow_broker_purgatory_size{{purgatory="{}"}}'
     assert (s[purgatory.format("produce")], s[purgatory.format("fetch")]) == (0, 0)
-    waiter = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "waiter", "fetch.wait.max.ms": 30000})
+    waiter = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "waiter", "fetch.wait.max.ms": 5000})
     waiter.assign([TopicPartition("lagging", 0, OFFSET_END)])
     try:
         wait_for("a fetch waiting for data", lambda: waiter.poll(0.2) is None

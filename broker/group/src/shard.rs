@@ -68,8 +68,9 @@ pub struct Listing {
 
 /// A completed rebalance: a classic group made Stable by its leader's assignment, or a consumer
 /// protocol group whose members all reconciled to a new target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rebalance {
+    pub group: String,
     /// `classic` or `consumer`, as the groups' `type` label.
     pub kind: &'static str,
     /// From its start (a member joined, left or changed its subscription) to its end.
@@ -311,7 +312,7 @@ impl Shard {
             Some(g) => {
                 let out = g.sync(req, ticket, now);
                 if let Some(duration_ms) = g.take_completed_rebalance(now) {
-                    self.rebalances.push(Rebalance { kind: "classic", duration_ms });
+                    self.rebalances.push(Rebalance { group: group.to_string(), kind: "classic", duration_ms });
                 }
                 out
             }
@@ -571,7 +572,7 @@ impl Shard {
         let before = c.stored_for(&scope);
         let r = c.heartbeat(req, &self.consumer_cfg, catalog, now);
         if let Some(duration_ms) = c.take_completed_rebalance(now) {
-            self.rebalances.push(Rebalance { kind: "consumer", duration_ms });
+            self.rebalances.push(Rebalance { group: group.to_string(), kind: "consumer", duration_ms });
         }
         let writes = if (c.epoch(), c.target_epoch()) == epochs {
             consumer_writes(group, &before, &c.stored_for(&scope))

@@ -22,7 +22,7 @@ use std::time::Duration;
 use oxbow_group::assignor::TopicInfo;
 use oxbow_group::classic::{JoinRequest, JoinResponse, SyncRequest, SyncResponse};
 use oxbow_group::consumer::{Catalog, ConsumerGroup, HeartbeatRequest, HeartbeatResponse};
-use oxbow_group::shard::Listing;
+use oxbow_group::shard::{Listing, Rebalance};
 use oxbow_group::{Answer, GroupError, Out, Shard, Ticket, Write, partition_for};
 use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -138,9 +138,10 @@ impl Coordinator {
         }
     }
 
-    /// Counts the rebalances the shard completed since it was last asked.
-    fn count_rebalances(&self, st: &mut SlotState) {
-        for r in st.shard.take_rebalances() {
+    /// Counts completed rebalances (taken from the shard once what completed them was stored:
+    /// a change undone or reloaded is not counted, nor counted again when it completes anew).
+    fn count_rebalances(&self, done: &[Rebalance]) {
+        for r in done {
             let Some(i) = REBALANCE_KINDS.iter().position(|k| *k == r.kind) else { continue };
             let (count, ms) = &self.rebalances[i];
             count.fetch_add(1, Ordering::Relaxed);
@@ -333,7 +334,8 @@ impl Coordinator {
         outs: Vec<Out>,
     ) -> OwnedMutexGuard<SlotState> {
         let mut st = st;
-        self.count_rebalances(&mut st);
+        // A classic group's rebalance ends with its Store below: counted if that write succeeds.
+        let mut done = st.shard.take_rebalances();
         let writes = st.shard.take_writes();
         let (again, r) = self.store(view, slot, st, &writes).await;
         st = again;
@@ -380,6 +382,7 @@ impl Coordinator {
                         Err(e) => {
                             let e = e.error();
                             tracing::warn!(group = %group, generation, error = ?e, "storing the group failed");
+                            done.retain(|r| r.group != group);
                             for x in then {
                                 match x {
                                     Out::Join(t, r) => {
@@ -396,6 +399,9 @@ impl Coordinator {
                     }
                 }
             }
+        }
+        if st.alive {
+            self.count_rebalances(&done);
         }
         st
     }
@@ -536,9 +542,13 @@ impl Coordinator {
         let r = match self.locked(view, group).await {
             Ok((slot, mut st)) => {
                 let (r, undo) = st.shard.consumer_heartbeat(group, &req, &catalog, now_ms());
-                self.count_rebalances(&mut st);
+                let done = st.shard.take_rebalances();
                 let writes = st.shard.take_writes();
-                match self.write(view, &slot, &mut st, &writes) {
+                let written = self.write(view, &slot, &mut st, &writes);
+                if written.is_ok() {
+                    self.count_rebalances(&done);
+                }
+                match written {
                     Ok(None) => match self.caught_up(&slot, st).await {
                         Ok(()) => r,
                         Err(e) => failed(e),
