@@ -66,4 +66,17 @@ mod tests {
         assert_eq!(v2[0].header.max_timestamp, 5019);
         assert_eq!(recompress(&out, &v2[0].header, TargetCompression::Zstd).ok(), Some(None));
     }
+
+    #[test]
+    fn a_batch_claiming_more_records_than_it_holds_is_refused_without_a_huge_allocation() {
+        // Produce validation refuses a count that disagrees with the offset delta; a batch that
+        // lies in both (or a stored one) must still not make the decoder reserve 2^31 records.
+        let mut b = batch(3, 0, Compression::Zstd);
+        b[23..27].copy_from_slice(&(i32::MAX - 1).to_be_bytes());
+        b[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+        let crc = crate::batch::compute_crc(&b);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        let h = BatchHeader::parse(&b).unwrap_or_else(|| panic!("no header"));
+        assert!(recompress(&b, &h, TargetCompression::Lz4).is_err());
+    }
 }

@@ -514,7 +514,8 @@ impl RecordBatchDecoder {
         version: i8,
         records: &mut Vec<Record>,
     ) -> Result<()> {
-        records.reserve(batch_decode_info.record_count as usize);
+        // Oxbow patch: a record takes at least seven bytes; never trust the count for allocation.
+        records.reserve((batch_decode_info.record_count as usize).min(bytes::Buf::remaining(buf) / 7));
         for _ in 0..batch_decode_info.record_count {
             records.push(Record::decode_new(buf, batch_decode_info, version)?);
         }
