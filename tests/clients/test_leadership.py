@@ -75,14 +75,6 @@ def elect_preferred(cp: str, bootstrap: str) -> str:
     return r.stdout + r.stderr
 
 
-def wait_serving(cluster: Cluster) -> None:
-    """Until the restarted node serves (it answers once registered and unfenced, as Kafka's
-    broker does) and every node lists all three as brokers. Its previous incarnation's session
-    must expire first (DUPLICATE_BROKER_REGISTRATION, as in Kafka): meanwhile that broker is
-    fenced, and the next round's reassignment would name a broker the cluster does not list."""
-    cluster.wait_ready(timeout=120)
-
-
 def leaders_batches(cluster: Cluster, adm: AdminClient) -> dict[int, list[ProducerBatch]]:
     """Each partition's batches as its leader's log holds them."""
     lay = layout(adm)
@@ -147,13 +139,17 @@ def test_leaders_move_back_and_forth_under_idempotent_producers(cluster, tmp_pat
             victim.kill()
             time.sleep(2)
             victim.start(timeout=180 if REFERENCE else 60)
-            wait_serving(cluster)
+            # Until the restarted node serves (once registered and unfenced, as Kafka's broker)
+            # and every node lists all three: its previous incarnation's session must expire
+            # first (DUPLICATE_BROKER_REGISTRATION, as in Kafka), and meanwhile the next round's
+            # reassignment would name a broker the cluster does not list.
+            cluster.wait_ready(timeout=120)
         if r == 6:
             victim = cluster.node(active_controller(cp, bootstrap))
             victim.kill()
             time.sleep(2)
             victim.start(timeout=180 if REFERENCE else 60)
-            wait_serving(cluster)
+            cluster.wait_ready(timeout=120)  # as above
         t0 = time.monotonic()
         deadline = t0 + 180
         while not led_as(adm, want):

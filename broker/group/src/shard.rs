@@ -71,10 +71,29 @@ pub struct Listing {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rebalance {
     pub group: String,
-    /// `classic` or `consumer`, as the groups' `type` label.
-    pub kind: &'static str,
+    pub kind: RebalanceKind,
     /// From its start (a member joined, left or changed its subscription) to its end.
     pub duration_ms: i64,
+}
+
+/// The group types rebalances are told apart by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebalanceKind {
+    Classic,
+    Consumer,
+}
+
+impl RebalanceKind {
+    /// Every kind, in the order of their discriminants (`kind as usize` indexes an array).
+    pub const ALL: [RebalanceKind; 2] = [RebalanceKind::Classic, RebalanceKind::Consumer];
+
+    /// The group type's name, as ListGroups and the metrics' `type` label have it.
+    pub fn label(self) -> &'static str {
+        match self {
+            RebalanceKind::Classic => "classic",
+            RebalanceKind::Consumer => "consumer",
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -312,7 +331,11 @@ impl Shard {
             Some(g) => {
                 let out = g.sync(req, ticket, now);
                 if let Some(duration_ms) = g.take_completed_rebalance(now) {
-                    self.rebalances.push(Rebalance { group: group.to_string(), kind: "classic", duration_ms });
+                    self.rebalances.push(Rebalance {
+                        group: group.to_string(),
+                        kind: RebalanceKind::Classic,
+                        duration_ms,
+                    });
                 }
                 out
             }
@@ -572,7 +595,7 @@ impl Shard {
         let before = c.stored_for(&scope);
         let r = c.heartbeat(req, &self.consumer_cfg, catalog, now);
         if let Some(duration_ms) = c.take_completed_rebalance(now) {
-            self.rebalances.push(Rebalance { group: group.to_string(), kind: "consumer", duration_ms });
+            self.rebalances.push(Rebalance { group: group.to_string(), kind: RebalanceKind::Consumer, duration_ms });
         }
         let writes = if (c.epoch(), c.target_epoch()) == epochs {
             consumer_writes(group, &before, &c.stored_for(&scope))

@@ -55,7 +55,10 @@ fn consumer_groups_are_stored_and_reloaded_without_a_rebalance() {
     log.extend(s.take_writes());
     // Both members reconciled to the target: the rebalances that got them there are counted.
     let done = s.take_rebalances();
-    assert!(!done.is_empty() && done.iter().all(|r| r.kind == "consumer" && r.duration_ms == 0), "{done:?}");
+    assert!(
+        !done.is_empty() && done.iter().all(|r| r.kind == crate::shard::RebalanceKind::Consumer && r.duration_ms == 0),
+        "{done:?}"
+    );
     // What was written reproduces the group exactly.
     assert_eq!(reload(&log, 0).consumer_group("g").unwrap().stored(), s.consumer_group("g").unwrap().stored());
     // A static member's replacement: the old incarnation's records become tombstones.

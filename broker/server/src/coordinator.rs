@@ -22,7 +22,7 @@ use std::time::Duration;
 use oxbow_group::assignor::TopicInfo;
 use oxbow_group::classic::{JoinRequest, JoinResponse, SyncRequest, SyncResponse};
 use oxbow_group::consumer::{Catalog, ConsumerGroup, HeartbeatRequest, HeartbeatResponse};
-use oxbow_group::shard::{Listing, Rebalance};
+use oxbow_group::shard::{Listing, Rebalance, RebalanceKind};
 use oxbow_group::{Answer, GroupError, Out, Shard, Ticket, Write, partition_for};
 use tokio::sync::{Mutex as AsyncMutex, Notify, OwnedMutexGuard, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -117,12 +117,9 @@ pub struct Coordinator {
     catalog: parking_lot::Mutex<(u64, Arc<Catalog>)>,
     /// The group operations running as their own tasks ([`Self::detached`]).
     tasks: TaskTracker,
-    /// Rebalances completed here: (count, total ms) of classic groups, then of consumer groups.
-    rebalances: [(AtomicU64, AtomicU64); 2],
+    /// Rebalances completed here, by [`RebalanceKind`]: (count, total ms).
+    rebalances: [(AtomicU64, AtomicU64); RebalanceKind::ALL.len()],
 }
-
-/// The group types rebalances are counted by, in [`Coordinator::rebalances`]' order.
-pub const REBALANCE_KINDS: [&str; 2] = ["classic", "consumer"];
 
 impl Coordinator {
     pub fn new(settings: GroupSettings) -> Self {
@@ -142,17 +139,19 @@ impl Coordinator {
     /// a change undone or reloaded is not counted, nor counted again when it completes anew).
     fn count_rebalances(&self, done: &[Rebalance]) {
         for r in done {
-            let Some(i) = REBALANCE_KINDS.iter().position(|k| *k == r.kind) else { continue };
-            let (count, ms) = &self.rebalances[i];
+            let (count, ms) = &self.rebalances[r.kind as usize];
             count.fetch_add(1, Ordering::Relaxed);
             ms.fetch_add(u64::try_from(r.duration_ms).unwrap_or(0), Ordering::Relaxed);
         }
     }
 
-    /// Rebalances completed by the groups coordinated here since the broker started, by type
-    /// ([`REBALANCE_KINDS`]): (count, total duration in ms).
-    pub fn rebalance_stats(&self) -> [(u64, u64); 2] {
-        self.rebalances.each_ref().map(|(c, ms)| (c.load(Ordering::Relaxed), ms.load(Ordering::Relaxed)))
+    /// Rebalances completed by the groups coordinated here since the broker started, by type:
+    /// (kind, count, total duration in ms).
+    pub fn rebalance_stats(&self) -> [(RebalanceKind, u64, u64); RebalanceKind::ALL.len()] {
+        RebalanceKind::ALL.map(|k| {
+            let (count, ms) = &self.rebalances[k as usize];
+            (k, count.load(Ordering::Relaxed), ms.load(Ordering::Relaxed))
+        })
     }
 
     /// Runs `f` as its own task and waits for it: a coordinator operation must finish (append,

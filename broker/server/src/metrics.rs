@@ -379,11 +379,10 @@ fn requests(b: &Broker) -> Vec<Sample> {
 
 /// One sample per group type of what `pick` takes from its (count, total ms) of rebalances.
 fn rebalances(b: &Broker, pick: fn((u64, u64)) -> u64) -> Vec<Sample> {
-    let stats = b.groups.rebalance_stats();
-    crate::coordinator::REBALANCE_KINDS
-        .iter()
-        .zip(stats)
-        .map(|(kind, s)| Sample { labels: vec![("type", (*kind).to_string())], value: pick(s) })
+    b.groups
+        .rebalance_stats()
+        .into_iter()
+        .map(|(kind, count, ms)| Sample { labels: vec![("type", kind.label().to_string())], value: pick((count, ms)) })
         .collect()
 }
 
