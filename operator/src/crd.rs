@@ -124,7 +124,8 @@ pub struct ClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<PodOverrides>,
 
-    /// Where brokers send their OpenTelemetry metrics (OTLP/HTTP). Changing it restarts the
+    /// Where brokers send their OpenTelemetry metrics, and traces if `traceSampleRatio` is set
+    /// (OTLP/HTTP). Changing it restarts the
     /// brokers (one at a time, as any template change). When unset, the operator's
     /// `--broker-otlp-endpoint` (the Helm chart sets it to its collector when
     /// `observability.collector.enabled`); without that, brokers export nothing.
@@ -248,6 +249,14 @@ pub struct TelemetrySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 3600))]
     pub export_interval_seconds: Option<i32>,
+    /// Traces: the fraction (0 to 1) of requests outside any trace that brokers trace, a span
+    /// per request; a produce whose records carry a sampled W3C `traceparent` header is traced
+    /// whatever the fraction (`OTEL_TRACES_SAMPLER=parentbased_traceidratio`,
+    /// `OTEL_TRACES_SAMPLER_ARG`). Unset: brokers send no traces (`OTEL_TRACES_EXPORTER=none`),
+    /// for a collector without a traces pipeline, such as the one the chart installs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub trace_sample_ratio: Option<f64>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

@@ -77,7 +77,8 @@ fn parse_args() -> Result<Args, String> {
                 if !(v.starts_with("http://") || v.starts_with("https://")) {
                     return Err(format!("--broker-otlp-endpoint {v:?}: expected an http:// or https:// URL"));
                 }
-                out.broker_telemetry = Some(TelemetrySpec { otlp_endpoint: v, export_interval_seconds: None });
+                out.broker_telemetry =
+                    Some(TelemetrySpec { otlp_endpoint: v, export_interval_seconds: None, trace_sample_ratio: None });
             }
             "--broker-export-interval" => {
                 let v = value()?;

@@ -321,11 +321,13 @@ class Produce:
     records: int
     tool: str = "java"  # "java": Kafka's ProducerPerformance; "librdkafka": rdkafka_performance
     tls: bool = False  # over the SSL listener (librdkafka only)
+    header: str = ""  # "name=value" added to every record (librdkafka only)
 
     @property
     def name(self) -> str:
         tls = " TLS" if self.tls else ""
-        return f"produce {self.size}B acks={self.acks} p={self.partitions} {self.compression}{tls} ({self.tool})"
+        header = f" +{self.header.split('=', 1)[0]}" if self.header else ""
+        return f"produce {self.size}B acks={self.acks} p={self.partitions} {self.compression}{tls}{header} ({self.tool})"
 
 
 @dataclass
@@ -347,6 +349,8 @@ def run_produce_rdkafka(b: Broker, w: Produce, topic: str, res: Results) -> None
     cmd = [RDKAFKA_PERF, "-P", "-t", topic, "-b", b.tls_bootstrap() if w.tls else b.bootstrap(),
            "-s", str(w.size), "-c", str(w.records),
            "-a", "-1" if w.acks == "all" else w.acks, "-z", w.compression, "-q"]
+    if w.header:
+        cmd += ["-H", w.header]
     for k, v in props.items():
         cmd += ["-X", f"{k}={v}"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)

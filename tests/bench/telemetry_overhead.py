@@ -1,12 +1,17 @@
-"""What exporting metrics costs a broker: Oxbow's produce throughput with OTLP metrics export on
-vs off, on this machine, in one run (issue 20's target: under 2%).
+"""What exporting telemetry costs a broker: Oxbow's produce throughput with OTLP export off, with
+metrics only, and with metrics and traces at the default sampling, on this machine, in one run
+(issue 20's target: under 2%).
 
-Rounds alternate the two (off, on / on, off, ...); each starts a fresh single-node broker, runs
-the same produce workloads as tests/bench/bench.py (librdkafka's rdkafka_performance and
-Kafka's ProducerPerformance, 1 KiB records, acks=1 and acks=all) and stops it. "On" exports
+Rounds rotate the three modes' order; each run starts a fresh single-node broker, runs the same
+produce workloads as tests/bench/bench.py (librdkafka's rdkafka_performance and Kafka's
+ProducerPerformance, 1 KiB records, acks=1 and acks=all, and librdkafka with lz4 batches, plain
+and with an unsampled `traceparent` header on every record) and stops it. Metrics are exported
 every second (OTEL_METRIC_EXPORT_INTERVAL=1000, fifteen times the rate docs/observability.md
-recommends) to an OTLP/HTTP receiver in this process (tests/k8s/otlp_sink.py, official OTLP
-protobufs), which checks that the broker's points arrive. Medians; the ratio is on / off.
+recommends); traces at the broker's default sampler (parentbased_traceidratio, 1% of requests:
+each request still gets a span id and a sampling decision, and a produce request's records are
+read for trace context). Both go to an OTLP/HTTP receiver in this process
+(tests/k8s/otlp_sink.py, official OTLP protobufs), which checks that they arrive. Medians;
+ratios are each mode's over "export off".
 
     tests/bench/telemetry-overhead --out docs/bench/telemetry-overhead.md [--rounds 3] [--records 500000]
 """
@@ -29,12 +34,21 @@ sys.path.insert(0, str(bench.ROOT / "tests" / "k8s"))
 from otlp_sink import Sink  # noqa: E402
 
 
-class Exporting(Oxbow):
-    name = "export on"
-
-
 class Quiet(Oxbow):
     name = "export off"
+
+
+class Metrics(Oxbow):
+    name = "metrics"
+
+
+class Traces(Oxbow):
+    name = "metrics + traces"
+
+
+MODES = (Quiet, Metrics, Traces)
+
+UNSAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
 
 
 def main() -> int:
@@ -50,12 +64,20 @@ def main() -> int:
     Oxbow.binary = bench.oxbow_binary(not args.no_build)
     port = free_port()
     sink = Sink("127.0.0.1", port)
-    Exporting.env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_METRIC_EXPORT_INTERVAL": "1000"}
+    Metrics.env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_METRIC_EXPORT_INTERVAL": "1000",
+                   "OTEL_TRACES_EXPORTER": "none"}
+    Traces.env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_METRIC_EXPORT_INTERVAL": "1000",
+                  "OTEL_TRACES_EXPORTER": "otlp"}
     workloads = [Produce(1024, acks, 1, "none", args.records, tool) for tool in ("librdkafka", "java") for acks in ("1", "all")]
+    # lz4 batches without trace context (the broker decompresses each batch's first record only)
+    # and with an unsampled context in every record (each batch's first 64 KiB are read, and
+    # nothing is recorded).
+    workloads.append(Produce(1024, "1", 1, "lz4", args.records, "librdkafka"))
+    workloads.append(Produce(1024, "1", 1, "lz4", args.records, "librdkafka", header=f"traceparent={UNSAMPLED}"))
     res = Results()
     with tempfile.TemporaryDirectory(prefix="oxbow-telemetry-") as tmp:
         for r in range(args.rounds):
-            for cls in ((Quiet, Exporting) if r % 2 == 0 else (Exporting, Quiet)):
+            for cls in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
                 d = Path(tmp) / f"round{r}-{cls.name.replace(' ', '-')}"
                 d.mkdir()
                 b = cls(d, cp)
@@ -68,25 +90,35 @@ def main() -> int:
                     b.stop()
                     b.kill()
                     shutil.rmtree(d, ignore_errors=True)  # a run writes 4 x records x 1 KiB
-    # Only the "on" brokers know the receiver.
+    # Only the exporting brokers know the receiver.
     points = list(sink.points)
     produced = [v for name, _, v in points if name == "oxbow.broker.produced.records"]
+    with sink.lock:
+        spans = [s for s in sink.span_details if s["service"] == "oxbow-broker"]
+    produce_spans = sum(1 for s in spans if s["name"] == "Produce")
     rows = []
     for (workload, metric, unit, better), per in res.values.items():
-        on, off = statistics.median(per["export on"]), statistics.median(per["export off"])
-        rows.append({"workload": workload, "metric": metric, "unit": unit, "export off": round(off, 3),
-                     "export on": round(on, 3), "on/off": round(on / off, 4) if off else None,
-                     "runs": {"export off": per["export off"], "export on": per["export on"]}})
+        med = {m.name: statistics.median(per[m.name]) for m in MODES}
+        off = med[Quiet.name]
+        rows.append({"workload": workload, "metric": metric, "unit": unit,
+                     **{m.name: round(med[m.name], 3) for m in MODES},
+                     **{f"{m.name} / off": round(med[m.name] / off, 4) if off else None for m in (Metrics, Traces)},
+                     "runs": {m.name: per[m.name] for m in MODES}})
     meta = {"command": " ".join(["tests/bench/telemetry-overhead", *sys.argv[1:]]),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "duration_s": round(time.monotonic() - t0),
             "machine": bench.machine(), "rounds": args.rounds, "records": args.records,
-            "points received": len(points), "largest oxbow.broker.produced.records received": max(produced, default=0)}
-    lines = ["# Metrics export overhead: produce with OTLP export on vs off", "",
+            "points received": len(points), "largest oxbow.broker.produced.records received": max(produced, default=0),
+            "spans received": len(spans), "Produce spans received": produce_spans}
+    lines = ["# Telemetry export overhead: produce with OTLP export off, metrics, metrics + traces", "",
              f"Generated by `{meta['command']}` on {meta['date']} in {meta['duration_s']} s; {args.rounds} rounds, "
-             f"alternating, medians. Export every 1 s to an OTLP/HTTP receiver on loopback; it received "
-             f"{len(points)} points, the largest `oxbow.broker.produced.records` {meta['largest oxbow.broker.produced.records received']:,.0f}.", "",
-             "| workload | metric | unit | export off | export on | on/off |", "|---|---|---|---:|---:|---:|"]
-    lines += [f"| {r['workload']} | {r['metric']} | {r['unit']} | {r['export off']:,} | {r['export on']:,} | {r['on/off']:.3f} |"
+             f"rotating the order, medians. Metrics every 1 s and traces at the default sampling (1% of requests) "
+             f"to an OTLP/HTTP receiver on loopback; it received {len(points)} points, the largest "
+             f"`oxbow.broker.produced.records` {meta['largest oxbow.broker.produced.records received']:,.0f}, and "
+             f"{len(spans):,} spans ({produce_spans:,} of them Produce).", "",
+             "| workload | metric | unit | export off | metrics | metrics + traces | metrics / off | metrics + traces / off |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['workload']} | {r['metric']} | {r['unit']} | {r['export off']:,} | {r['metrics']:,} | "
+              f"{r['metrics + traces']:,} | {r['metrics / off']:.3f} | {r['metrics + traces / off']:.3f} |"
               for r in rows]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -94,7 +126,10 @@ def main() -> int:
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, ensure_ascii=False) + "\n")
     print("\n".join(lines))
     if not produced or max(produced) < args.records:
-        print("the broker's metrics did not arrive: the 'on' runs measured nothing")
+        print("the broker's metrics did not arrive: the exporting runs measured nothing")
+        return 1
+    if not produce_spans:
+        print("no Produce span arrived: the traced runs traced nothing")
         return 1
     return 0
 

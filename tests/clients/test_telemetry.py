@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
+from oxbow_cluster import Cluster
 from oxbow_harness import create_topic, free_port, require_broker_binary, scrape
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
@@ -84,6 +85,8 @@ def test_broker_exports_request_traffic_and_partition_metrics_over_otlp(broker_f
             services = {(a.get("resource.service.name"), a.get("resource.service.instance.id"),
                          a.get("resource.k8s.pod.name")) for n, a, _ in sink.points if n.startswith("oxbow.")}
         assert services == {("oxbow-broker", "1", "events-broker-0")}, services
+        # An endpoint alone exports metrics only: traces must be asked for.
+        assert not sink.spans, sink.spans[:3]
         c.close()
     finally:
         sink.close()
@@ -233,3 +236,134 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
         assert scrape(url)[2][purgatory.format("produce")] == 0
     finally:
         waiter.close()
+
+
+def traceparent(trace_id: str, span_id: str, sampled: bool) -> str:
+    return f"00-{trace_id}-{span_id}-{'01' if sampled else '00'}"
+
+
+def spans_of(sink, **match):
+    with sink.lock:
+        return [s for s in sink.span_details if all(s.get(k) == v for k, v in match.items())]
+
+
+SERVER, INTERNAL, ERROR = 2, 1, 2  # OTLP's SPAN_KIND_SERVER, SPAN_KIND_INTERNAL, STATUS_CODE_ERROR
+
+
+def test_a_produce_continues_the_trace_its_records_carry_with_its_replication_wait(tmp_path, monkeypatch):
+    """Three nodes, a topic of 3 replicas. W3C trace context in record headers (as
+    OpenTelemetry's Kafka instrumentation writes it) makes the leader's Produce span a child of
+    the first sampled record's span, linked to the other sampled records' spans, with the
+    record's tracestate, and an acks=all produce has a replication wait span inside it; a
+    request whose records' parents were not sampled is not traced, nor is any request outside a
+    trace under parentbased_always_off, on any node. Compressed batches are read too."""
+    port = free_port()
+    sink = Sink("127.0.0.1", port)
+    for k, v in {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_METRICS_EXPORTER": "none",
+                 "OTEL_TRACES_SAMPLER": "parentbased_always_off", "OTEL_BSP_SCHEDULE_DELAY": "200"}.items():
+        monkeypatch.setenv(k, v)
+    cluster = Cluster(require_broker_binary(), tmp_path / "cluster", 3, 0)
+    try:
+        cluster.start()
+        bootstrap = cluster.bootstrap()
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("traced", 1, 3, config={"min.insync.replicas": "2"})])["traced"].result(timeout=30)
+        a, c, d, e, f = ("%032x" % (0xA0 + i) for i in range(5))
+        unsampled = "%032x" % 0xB0
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100, "acks": "all"})
+        p.produce("traced", value=b"a", headers=[("traceparent", traceparent(a, "00000000000000a1", True))])
+        assert p.flush(30) == 0
+        p.produce("traced", value=b"u", headers=[("traceparent", traceparent(unsampled, "00000000000000b1", False))])
+        assert p.flush(30) == 0
+        # Two records from two traces in one request: the first is the parent, the second a link.
+        p.produce("traced", value=b"c", headers=[("traceparent", traceparent(c, "00000000000000c1", True)),
+                                                  ("tracestate", "vendor=1")])
+        p.produce("traced", value=b"d", headers=[("traceparent", traceparent(d, "00000000000000d1", True))])
+        assert p.flush(30) == 0
+        # An unsampled record first, a sampled one second: the sampled one is the parent.
+        p.produce("traced", value=b"u2", headers=[("traceparent", traceparent(unsampled, "00000000000000b2", False))])
+        p.produce("traced", value=b"f", headers=[("traceparent", traceparent(f, "00000000000000f1", True))])
+        assert p.flush(30) == 0
+        z = Producer({"bootstrap.servers": bootstrap, "compression.type": "zstd", "acks": "1"})
+        z.produce("traced", value=b"e" * 100, headers=[("traceparent", traceparent(e, "00000000000000e1", True))])
+        assert z.flush(30) == 0
+
+        wait_for("the compressed batch's Produce span", lambda: spans_of(sink, trace_id=e))
+        time.sleep(1)  # anything else still queued in the broker's span batch
+        produce_a = spans_of(sink, trace_id=a, name="Produce")
+        assert len(produce_a) == 1, spans_of(sink, trace_id=a)
+        produce_a = produce_a[0]
+        assert produce_a["parent_span_id"] == "00000000000000a1"
+        assert produce_a["kind"] == SERVER
+        attrs = produce_a["attributes"]
+        assert attrs["rpc.system"] == "kafka" and attrs["rpc.method"] == "Produce", attrs
+        assert attrs["messaging.batch.message_count"] == 1 and attrs["kafka.acks"] == -1, attrs
+        assert attrs["network.peer.address"].startswith("127.") and attrs["oxbow.principal"] == "User:ANONYMOUS", attrs
+        wait = spans_of(sink, trace_id=a, name="replication wait")
+        assert len(wait) == 1 and wait[0]["parent_span_id"] == produce_a["span_id"], wait
+        assert wait[0]["kind"] == INTERNAL and wait[0]["attributes"]["oxbow.partitions"] == 1, wait
+
+        produce_c = spans_of(sink, trace_id=c, name="Produce")
+        assert len(produce_c) == 1 and produce_c[0]["parent_span_id"] == "00000000000000c1", produce_c
+        assert produce_c[0]["links"] == [(d, "00000000000000d1")], produce_c
+        assert produce_c[0]["attributes"]["messaging.batch.message_count"] == 2, produce_c
+        assert produce_c[0]["trace_state"] == "vendor=1", produce_c  # the record's tracestate goes on
+
+        produce_f = spans_of(sink, trace_id=f, name="Produce")
+        assert len(produce_f) == 1 and produce_f[0]["parent_span_id"] == "00000000000000f1", produce_f
+        assert produce_f[0]["links"] == [] and produce_f[0]["attributes"]["messaging.batch.message_count"] == 2
+
+        produce_e = spans_of(sink, trace_id=e)
+        assert [s["name"] for s in produce_e] == ["Produce"], produce_e  # acks=1: no replication wait
+        assert produce_e[0]["parent_span_id"] == "00000000000000e1"
+
+        # Nothing else was traced: not the unsampled trace, not Metadata or ApiVersions.
+        with sink.lock:
+            traced = {s["trace_id"] for s in sink.span_details}
+        assert traced == {a, c, e, f}, traced
+    finally:
+        cluster.close()
+        sink.close()
+
+
+def test_every_request_is_a_span_with_its_api_client_and_peer_when_always_sampled(broker_factory):
+    port = free_port()
+    sink = Sink("127.0.0.1", port)
+    try:
+        b = broker_factory(start=False)
+        b.env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_METRICS_EXPORTER": "none",
+                 "OTEL_TRACES_SAMPLER": "always_on", "OTEL_BSP_SCHEDULE_DELAY": "200"}
+        b.start()
+        admin = AdminClient({"bootstrap.servers": b.bootstrap, "client.id": "span-checker"})
+        admin.list_topics(timeout=10)
+        wait_for("a Metadata span from span-checker",
+                 lambda: any(s["attributes"].get("messaging.client.id") == "span-checker"
+                             for s in spans_of(sink, name="Metadata")))
+        with sink.lock:
+            mine = [s for s in sink.span_details if s["attributes"].get("messaging.client.id") == "span-checker"]
+        names = {s["name"] for s in mine}
+        assert {"ApiVersions", "Metadata"} <= names, names
+        for s in mine:
+            assert s["kind"] == SERVER and s["parent_span_id"] == "" and s["service"] == "oxbow-broker", s
+            assert s["attributes"]["rpc.method"] == s["name"], s
+            assert s["attributes"]["kafka.api.version"] >= 0 and s["attributes"]["oxbow.listener"], s
+    finally:
+        sink.close()
+
+
+def test_a_trace_setting_the_broker_cannot_use_stops_startup_naming_the_variable(tmp_path):
+    binary = require_broker_binary()
+    for extra, message in [
+        ({"OTEL_TRACES_SAMPLER": "sometimes"}, "OTEL_TRACES_SAMPLER=sometimes: expected always_on"),
+        ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"},
+         "OTEL_TRACES_SAMPLER_ARG=2: expected a sampling ratio from 0 to 1"),
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER=zipkin: expected otlp or none"),
+        ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER_ARG": "0.5%"}, "OTEL_TRACES_SAMPLER_ARG=0.5%: expected"),
+    ]:
+        r = subprocess.run(
+            [str(binary), "--override", f"log.dirs={tmp_path}", "--override", "listeners=PLAINTEXT://127.0.0.1:0"],
+            env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "PATH": "/usr/bin:/bin", **extra},
+            capture_output=True, text=True, timeout=30,
+        )
+        assert r.returncode == 2, (extra, r.returncode, r.stderr)
+        assert message in r.stderr, r.stderr

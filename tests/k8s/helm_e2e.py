@@ -226,6 +226,8 @@ def collector_metrics(ns):
     if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") != want or env.get("OTEL_METRIC_EXPORT_INTERVAL") != "5000":
         fail(f"Cluster c's brokers export to {env.get('OTEL_EXPORTER_OTLP_ENDPOINT')} every "
              f"{env.get('OTEL_METRIC_EXPORT_INTERVAL')} ms; want {want} every 5000 (the chart's collector)")
+    if env.get("OTEL_TRACES_EXPORTER") != "none":
+        fail(f"Cluster c's brokers would send traces to the chart's collector, which has no traces pipeline: {env}")
 
     # The operator's series carry its pod's name as `instance` (service.instance.id, set by the chart).
     operator = kjson("get", "pods", "-n", ns, "-l", "app.kubernetes.io/name=oxbow-operator")["items"][0]["metadata"]["name"]

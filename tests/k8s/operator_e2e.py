@@ -39,8 +39,8 @@ the images tests/k8s/load-images built.
     and the other takes over (and reconciles) when the leader stops;
   - the operator's traces (a span per reconcile) and metrics (reconcile counters by controller
     and result) arrive over OTLP/HTTP at a stand-in collector (otlp_sink.py), and so do every
-    broker's metrics (spec.telemetry: requests, partitions led, the active controller), each
-    labelled with its pod;
+    broker's metrics (spec.telemetry: requests, partitions led, the active controller) and
+    request spans (traceSampleRatio), each labelled with its pod;
   - deleting the namespace (a Cluster, a Topic with its finalizer) leaves nothing stuck;
     `helm uninstall` removes the operator and keeps the CRDs.
 Exits non-zero with the reason on the first failure.
@@ -103,14 +103,15 @@ def cluster_yaml(config=None, replicas=BROKERS, controllers=BROKERS, otlp=f"http
                  rack="topology.kubernetes.io/zone"):
     """A Cluster manifest (JSON, which kubectl reads as YAML): `replicas` brokers, the first
     `controllers` of them the metadata quorum's voters, exporting metrics to `otlp` (the
-    stand-in collector) every 5 s, racks from the node label `rack` (tests/k8s/up labels the
+    stand-in collector) every 5 s and 5% of their requests as spans, racks from the node label `rack` (tests/k8s/up labels the
     node zone-a, region-1)."""
     return json.dumps({
         "apiVersion": "oxbow.io/v1alpha1",
         "kind": "Cluster",
         "metadata": {"name": "events", "namespace": NS},
         "spec": {"replicas": replicas, "controllers": {"replicas": controllers}, "storage": {"size": "1Gi"},
-                 "config": config or {}, "telemetry": {"otlpEndpoint": otlp, "exportIntervalSeconds": 5},
+                 "config": config or {},
+                 "telemetry": {"otlpEndpoint": otlp, "exportIntervalSeconds": 5, "traceSampleRatio": 0.05},
                  "rack": {"topologyKey": rack}},
     })
 
@@ -804,6 +805,17 @@ def main():
         return (pods, leaders, active) if want <= pods and want <= leaders and active else None
     pods, leaders, active = wait("broker metrics at the stand-in collector", brokers_exported, 60)
     step(f"broker metrics from {sorted(pods)}; partition leaders on {sorted(leaders)}; active controller seen on {sorted(active)}")
+
+    step("every broker exported request spans (spec.telemetry.traceSampleRatio 0.05)")
+    def brokers_traced():
+        with sink.lock:
+            spans = [s for s in sink.span_details if s["service"] == "oxbow-broker"
+                     and s["resource"].get("oxbow.cluster") == "events"]
+        by_pod = {s["resource"].get("k8s.pod.name") for s in spans
+                  if s["attributes"].get("rpc.system") == "kafka" and s["attributes"].get("rpc.method") == s["name"]}
+        return (by_pod, {s["name"] for s in spans}) if {f"events-broker-{i}" for i in range(BROKERS)} <= by_pod else None
+    traced, names = wait("request spans from every broker at the stand-in collector", brokers_traced, 120)
+    step(f"request spans from {sorted(traced)}: {sorted(names)}")
 
     step("deleting the namespace (a Cluster and a Topic with its finalizer in it) leaves nothing stuck")
     kubectl("apply", "-f", "-", input=topic_yaml("stays", 1))

@@ -12,6 +12,10 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 class Sink:
     def __init__(self, host, port=4318):
         self.spans = []  # (service, span name)
+        # Every span in full: service, resource {attribute: value}, name, kind, trace_id, span_id, parent_span_id (hex; "" for
+        # a root), trace_state, links [(trace_id, span_id)], attributes {key: value}, status code (0 unset,
+        # 1 ok, 2 error) and message.
+        self.span_details = []
         # (metric name, {attribute: value}, value); the resource's attributes are in the dict
         # too, as "resource.<key>" (resource.service.name, resource.service.instance.id, ...).
         self.points = []
@@ -54,12 +58,26 @@ class Sink:
                 return a.value.string_value
         return ""
 
+    @staticmethod
+    def _value(v):
+        kind = v.WhichOneof("value")
+        return getattr(v, kind) if kind else None
+
     def _traces(self, req):
         with self.lock:
             for rs in req.resource_spans:
                 svc = self._service(rs.resource)
+                resource = {a.key: self._value(a.value) for a in rs.resource.attributes}
                 for ss in rs.scope_spans:
                     self.spans.extend((svc, s.name) for s in ss.spans)
+                    self.span_details.extend({
+                        "service": svc, "resource": resource, "name": s.name, "kind": s.kind,
+                        "trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(),
+                        "parent_span_id": s.parent_span_id.hex(), "trace_state": s.trace_state,
+                        "links": [(link.trace_id.hex(), link.span_id.hex()) for link in s.links],
+                        "attributes": {a.key: self._value(a.value) for a in s.attributes},
+                        "status": s.status.code, "status_message": s.status.message,
+                    } for s in ss.spans)
 
     def _metrics(self, req):
         with self.lock:

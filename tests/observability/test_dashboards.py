@@ -229,6 +229,9 @@ def stack(tmp_path, monkeypatch):
     procs.append(prom)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{otlp}")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "1000")
+    # The shipped collector has a metrics pipeline only (it answers traces with 404), as the
+    # operator sets for Clusters without telemetry.traceSampleRatio.
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
     cluster = Cluster(require_broker_binary(), tmp_path / "cluster", 3, 0,
                       {"replica.lag.time.max.ms": "5000", "offsets.topic.replication.factor": "3"})
     try:

@@ -22,6 +22,7 @@ pub mod config;
 pub mod control;
 pub mod epochs;
 pub mod error;
+pub mod headers;
 pub mod index;
 pub mod log;
 mod mmap;

@@ -31,6 +31,24 @@ pub fn batch(n: i64, ts0: i64, payload: usize, compression: Compression, produce
     encode(recs, compression, producer, false)
 }
 
+/// One batch of `n` records whose record `i` carries the headers `headers(i)` (a `None` value is
+/// a null one).
+pub fn headers_batch(
+    n: i64,
+    payload: usize,
+    compression: Compression,
+    headers: impl Fn(i64) -> Vec<(String, Option<Bytes>)>,
+) -> Bytes {
+    let recs: Vec<Record> = (0..n)
+        .map(|i| {
+            let mut r = record(i, 1000 + i, payload);
+            r.headers = headers(i).into_iter().map(|(k, v)| (k.into(), v)).collect();
+            r
+        })
+        .collect();
+    encode(recs, compression, None, false)
+}
+
 /// A transactional producer's batch (attributes bit 4) of `n` records with timestamps
 /// `ts0..ts0+n`; `producer` = (id, epoch, base sequence).
 pub fn txn_batch(n: i64, ts0: i64, producer: (i64, i16, i32)) -> Bytes {

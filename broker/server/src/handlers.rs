@@ -10,6 +10,7 @@ use std::task::Context;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
+use opentelemetry::KeyValue;
 use oxbow_protocol::codec::{AnyRequest, decode_any, encode_response};
 use oxbow_protocol::frame::peek_header;
 use oxbow_protocol::messages::{ApiVersionsResponse, RequestHeader};
@@ -19,6 +20,7 @@ use tracing::Instrument;
 use crate::broker::Broker;
 use crate::errors::ConnError;
 use crate::security::Session;
+use crate::trace::{self, Span};
 
 mod access;
 mod acls;
@@ -51,6 +53,8 @@ pub struct Ctx<'a> {
     pub applied: &'a Applied,
     /// Who sent the request, on which listener.
     pub session: &'a Session,
+    /// The request's span (empty unless traces are exported and the request is sampled).
+    pub trace: &'a Span,
 }
 
 /// The point after which a request's effects are in place, so the connection may start its
@@ -121,14 +125,15 @@ pub async fn dispatch(
     let client_id = header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default();
     let span = tracing::debug_span!("request", api = ?api, version = v, correlation_id = peek.correlation_id, client_id = %client_id);
     let corr = peek.correlation_id;
-    let ctx = Ctx { broker, version: v, header: &header, peer, applied, session };
+    let trace = start_trace(api, v, corr, &client_id, &req, peer, session);
+    let ctx = Ctx { broker, version: v, header: &header, peer, applied, session, trace: &trace };
     macro_rules! answer {
         ($fut:expr) => {{
             let resp = $fut.await;
             Ok(Some(encode_response(api, v, corr, &resp)?))
         }};
     }
-    let out = async {
+    let out: Result<Option<BytesMut>, ConnError> = async {
         match req {
             AnyRequest::ApiVersions(r) => answer!(api_versions::handle(&ctx, r)),
             AnyRequest::Metadata(r) => answer!(metadata::handle(&ctx, r)),
@@ -188,10 +193,43 @@ pub async fn dispatch(
     }
     .instrument(span)
     .await;
-    if out.is_ok() {
-        broker.stats.request_done(api, arrived.elapsed());
+    match &out {
+        Ok(_) => broker.stats.request_done(api, arrived.elapsed()),
+        Err(e) => trace.fail(|| e.to_string()),
     }
     out
+}
+
+/// The request's span ([`crate::trace`]): a produce continues the traces its records carry.
+fn start_trace(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    client_id: &str,
+    req: &AnyRequest,
+    peer: std::net::SocketAddr,
+    session: &Session,
+) -> Span {
+    if !trace::enabled() {
+        return Span::default();
+    }
+    let parents = match req {
+        AnyRequest::Produce(r) => trace::record_contexts(r),
+        _ => Vec::new(),
+    };
+    Span::request(trace::api_span_name(api), &parents, || {
+        vec![
+            KeyValue::new("rpc.system", "kafka"),
+            KeyValue::new("rpc.method", trace::api_span_name(api)),
+            KeyValue::new("kafka.api.version", i64::from(version)),
+            KeyValue::new("kafka.correlation_id", i64::from(correlation_id)),
+            KeyValue::new("messaging.client.id", client_id.to_owned()),
+            KeyValue::new("network.peer.address", peer.ip().to_string()),
+            KeyValue::new("network.peer.port", i64::from(peer.port())),
+            KeyValue::new("oxbow.listener", session.listener.to_string()),
+            KeyValue::new("oxbow.principal", session.principal.to_string()),
+        ]
+    })
 }
 
 #[cfg(test)]

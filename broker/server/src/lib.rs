@@ -55,6 +55,7 @@ pub mod stats;
 pub mod tasks;
 pub mod telemetry;
 pub mod topic_config;
+pub mod trace;
 pub mod txn_coordinator;
 pub mod verification;
 

@@ -549,6 +549,11 @@ impl Partition {
         tokio::time::timeout(timeout, wait).await.unwrap_or(Err(HwWait::TimedOut))
     }
 
+    /// The high watermark now.
+    pub fn high_watermark(&self) -> i64 {
+        *self.hw.borrow()
+    }
+
     pub fn subscribe(&self) -> watch::Receiver<i64> {
         self.hw.subscribe()
     }

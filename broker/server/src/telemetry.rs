@@ -1,60 +1,190 @@
-//! The broker's metrics over OpenTelemetry (OTLP/HTTP).
+//! The broker's metrics and traces over OpenTelemetry (OTLP/HTTP).
 //!
-//! Export is on when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`) is
-//! set, the standard OpenTelemetry variables; `OTEL_METRIC_EXPORT_INTERVAL` (ms, default 60000)
-//! and `OTEL_RESOURCE_ATTRIBUTES` are honoured. What is exported is the catalogue of
-//! [`crate::metrics`] (resource `service.name=oxbow-broker`, `service.instance.id` = node id),
-//! the same one `GET /metrics` serves in Prometheus' format.
+//! The standard OpenTelemetry variables drive it. Metrics are exported when an endpoint is set
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT`, to which `/v1/metrics` and `/v1/traces` are appended, or
+//! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, used as they
+//! are) and `OTEL_METRICS_EXPORTER` is not `none`. Traces are exported when an endpoint is set
+//! and they are asked for: `OTEL_TRACES_EXPORTER=otlp`, `OTEL_TRACES_SAMPLER`, or a traces
+//! endpoint (a deviation from the standard's default: [`endpoint`] says why).
+//! `OTEL_SDK_DISABLED=true` turns both off. `OTEL_METRIC_EXPORT_INTERVAL` (ms, default
+//! 60000), `OTEL_BSP_*` (span batching), `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` are
+//! honoured, and so are `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG`, with one difference
+//! of default: unset, the broker samples `parentbased_traceidratio` at 0.01 (every produce
+//! continuing a sampled trace, and 1% of other requests), not every request. A value the broker
+//! cannot use stops startup naming the variable.
+//!
+//! What is exported: the catalogue of [`crate::metrics`] (resource `service.name=oxbow-broker`,
+//! `service.instance.id` = node id, unless the variables say otherwise), the same one
+//! `GET /metrics` serves in Prometheus' format, and the request spans of [`crate::trace`].
 
 use std::sync::{Arc, Weak};
 
 use opentelemetry::metrics::{AsyncInstrument, Meter, MeterProvider as _};
+use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::{KeyValue, StringValue, Value};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::resource::{EnvResourceDetector, TelemetryResourceDetector};
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 
 use crate::broker::Broker;
 use oxbow_meta::Quorum;
 
 use crate::metrics::{self, Kind, Node, Read};
 
-/// The metric exporter, kept for a final flush at shutdown.
+/// The ratio of requests outside a sampled trace that are traced when `OTEL_TRACES_SAMPLER` is
+/// not set.
+pub const DEFAULT_SAMPLE_RATIO: f64 = 0.01;
+
+/// The metric and span exporters, kept for a final flush at shutdown.
 pub struct Exporter {
-    provider: SdkMeterProvider,
+    meter: Option<SdkMeterProvider>,
+    tracer: Option<SdkTracerProvider>,
 }
 
-/// The OTLP endpoint from the environment, if export is wanted.
-fn endpoint() -> Option<(&'static str, String)> {
-    ["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"]
-        .into_iter()
-        .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()).map(|v| (k, v)))
+/// The OTLP endpoint of a signal (`METRICS`, `TRACES`) from the environment, if it is wanted:
+/// `OTEL_<signal>_EXPORTER` may be `otlp` or `none`, in any case; anything else stops startup
+/// naming the variable. `OTEL_SDK_DISABLED=true` turns every signal off.
+///
+/// Metrics are on with an endpoint unless `OTEL_METRICS_EXPORTER=none`, as the standard has it.
+/// Traces must be asked for, by `OTEL_TRACES_EXPORTER=otlp`, `OTEL_TRACES_SAMPLER` or
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`: reading produce requests' records for trace context
+/// costs broker CPU (docs/observability.md, Overhead), which someone who set an endpoint for
+/// metrics has not chosen to pay.
+fn endpoint(signal: &str) -> anyhow::Result<Option<(String, String)>> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return Ok(None);
+    }
+    let exporter_key = format!("OTEL_{signal}_EXPORTER");
+    let own_endpoint = format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT");
+    let asked = match var(&exporter_key).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None => signal == "METRICS" || var("OTEL_TRACES_SAMPLER").is_some() || var(&own_endpoint).is_some(),
+        Some("otlp") => true,
+        Some("none") => false,
+        Some(other) => {
+            anyhow::bail!("{exporter_key}={other}: expected otlp or none (the broker exports over OTLP/HTTP only)")
+        }
+    };
+    if !asked {
+        return Ok(None);
+    }
+    Ok([own_endpoint, "OTEL_EXPORTER_OTLP_ENDPOINT".to_string()].into_iter().find_map(|k| var(&k).map(|v| (k, v))))
+}
+
+/// The sampler the `OTEL_TRACES_SAMPLER*` variables name; a value it cannot use stops startup.
+fn sampler() -> anyhow::Result<Sampler> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    sampler_from(var("OTEL_TRACES_SAMPLER").as_deref(), var("OTEL_TRACES_SAMPLER_ARG").as_deref())
+}
+
+/// The sampler that `OTEL_TRACES_SAMPLER` = `name` and `OTEL_TRACES_SAMPLER_ARG` = `arg` name.
+fn sampler_from(name: Option<&str>, arg: Option<&str>) -> anyhow::Result<Sampler> {
+    let ratio = |default: f64| -> anyhow::Result<f64> {
+        let Some(a) = arg else { return Ok(default) };
+        a.trim().parse::<f64>().ok().filter(|r| (0.0..=1.0).contains(r)).ok_or_else(|| {
+            anyhow::anyhow!("OTEL_TRACES_SAMPLER_ARG={a}: expected a sampling ratio from 0 to 1 (e.g. 0.01)")
+        })
+    };
+    let parent_based = |root: Sampler| Sampler::ParentBased(Box::new(root));
+    Ok(match name.map(|n| n.trim().to_ascii_lowercase()).as_deref() {
+        None => parent_based(Sampler::TraceIdRatioBased(ratio(DEFAULT_SAMPLE_RATIO)?)),
+        Some("always_on") => Sampler::AlwaysOn,
+        Some("always_off") => Sampler::AlwaysOff,
+        Some("traceidratio") => Sampler::TraceIdRatioBased(ratio(1.0)?),
+        Some("parentbased_always_on") => parent_based(Sampler::AlwaysOn),
+        Some("parentbased_always_off") => parent_based(Sampler::AlwaysOff),
+        Some("parentbased_traceidratio") => parent_based(Sampler::TraceIdRatioBased(ratio(1.0)?)),
+        Some(other) => anyhow::bail!(
+            "OTEL_TRACES_SAMPLER={other}: expected always_on, always_off, traceidratio, parentbased_always_on, \
+             parentbased_always_off or parentbased_traceidratio"
+        ),
+    })
+}
+
+/// The resource every signal carries: `service.name` `oxbow-broker` and `service.instance.id`
+/// the node id, unless `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` say otherwise (the
+/// standard variables win over the defaults, as in every OpenTelemetry SDK).
+fn resource(node_id: i32) -> Resource {
+    let mut r = Resource::builder_empty()
+        .with_service_name("oxbow-broker")
+        .with_attribute(KeyValue::new("service.instance.id", node_id.to_string()))
+        .with_detectors(&[Box::new(TelemetryResourceDetector), Box::new(EnvResourceDetector::new())]);
+    if let Some(name) = std::env::var("OTEL_SERVICE_NAME").ok().filter(|n| !n.trim().is_empty()) {
+        r = r.with_service_name(name);
+    }
+    r.build()
+}
+
+fn check_url(key: &str, url: &str) -> anyhow::Result<()> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        let e = if key == "OTEL_EXPORTER_OTLP_ENDPOINT" {
+            "http://collector:4318"
+        } else {
+            "http://collector:4318/v1/<signal>: a signal's own endpoint is used as is"
+        };
+        anyhow::bail!("{key}={url}: expected an http:// or https:// URL (OTLP/HTTP, e.g. {e})");
+    }
+    Ok(())
 }
 
 impl Exporter {
-    /// Starts metric export if an OTLP endpoint is set; an endpoint that is not an http(s) URL
-    /// stops startup naming the variable. Call outside the async runtime: the OTLP client is a
-    /// blocking one, on the exporter's own thread.
+    /// Starts metric and trace export, each if its endpoint is set; an endpoint that is not an
+    /// http(s) URL, or a sampler setting the broker cannot use, stops startup naming the
+    /// variable. Call outside the async runtime: the OTLP client is a blocking one, on the
+    /// exporters' own threads.
     pub fn from_env(node_id: i32) -> anyhow::Result<Option<Exporter>> {
-        let Some((key, url)) = endpoint() else { return Ok(None) };
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            anyhow::bail!("{key}={url}: expected an http:// or https:// URL (OTLP/HTTP, e.g. http://collector:4318)");
+        let metrics = endpoint("METRICS")?;
+        let traces = endpoint("TRACES")?;
+        if metrics.is_none() && traces.is_none() {
+            return Ok(None);
         }
-        let exporter = opentelemetry_otlp::MetricExporter::builder()
-            .with_http()
-            .build()
-            .map_err(|e| anyhow::anyhow!("{key}={url}: {e}"))?;
-        let resource = Resource::builder()
-            .with_service_name("oxbow-broker")
-            .with_attribute(KeyValue::new("service.instance.id", node_id.to_string()))
-            .build();
-        let provider = SdkMeterProvider::builder().with_resource(resource).with_periodic_exporter(exporter).build();
-        tracing::info!(endpoint = %url, "exporting metrics over OTLP/HTTP");
-        Ok(Some(Exporter { provider }))
+        // Every setting is checked before anything starts exporting.
+        for (key, url) in metrics.iter().chain(&traces) {
+            check_url(key, url)?;
+        }
+        let sampler = traces.as_ref().map(|_| sampler()).transpose()?;
+        let resource = resource(node_id);
+        let meter = match metrics {
+            Some((key, url)) => {
+                let exporter = opentelemetry_otlp::MetricExporter::builder()
+                    .with_http()
+                    .build()
+                    .map_err(|e| anyhow::anyhow!("{key}={url}: {e}"))?;
+                tracing::info!(endpoint = %url, "exporting metrics over OTLP/HTTP");
+                Some(
+                    SdkMeterProvider::builder()
+                        .with_resource(resource.clone())
+                        .with_periodic_exporter(exporter)
+                        .build(),
+                )
+            }
+            None => None,
+        };
+        let tracer = match (traces, sampler) {
+            (Some((key, url)), Some(sampler)) => {
+                let exporter = opentelemetry_otlp::SpanExporter::builder()
+                    .with_http()
+                    .build()
+                    .map_err(|e| anyhow::anyhow!("{key}={url}: {e}"))?;
+                tracing::info!(endpoint = %url, sampler = ?sampler, "exporting traces over OTLP/HTTP");
+                let provider = SdkTracerProvider::builder()
+                    .with_resource(resource)
+                    .with_sampler(sampler)
+                    .with_batch_exporter(exporter)
+                    .build();
+                crate::trace::install(provider.tracer("oxbow-broker"));
+                Some(provider)
+            }
+            _ => None,
+        };
+        Ok(Some(Exporter { meter, tracer }))
     }
 
     /// Registers the broker's instruments; they read `broker` at each collection.
     pub fn observe(&self, broker: &Arc<Broker>) {
-        let meter = self.provider.meter("oxbow-broker");
+        let Some(provider) = &self.meter else { return };
+        let meter = provider.meter("oxbow-broker");
         register(&meter, Watched::Broker(Arc::downgrade(broker)));
         let h = &metrics::REQUEST_DURATION;
         let histogram = meter
@@ -76,13 +206,18 @@ impl Exporter {
 
     /// Registers a controller-only node's instruments: the quorum's families, read from `quorum`.
     pub fn observe_controller(&self, quorum: &Quorum) {
-        register(&self.provider.meter("oxbow-broker"), Watched::Controller(quorum.clone()));
+        if let Some(provider) = &self.meter {
+            register(&provider.meter("oxbow-broker"), Watched::Controller(quorum.clone()));
+        }
     }
 
     /// Exports what is pending and stops. Call outside the async runtime.
     pub fn shutdown(self) {
-        if let Err(e) = self.provider.shutdown() {
+        if let Some(Err(e)) = self.meter.map(|m| m.shutdown()) {
             tracing::debug!(error = %e, "metric exporter shutdown");
+        }
+        if let Some(Err(e)) = self.tracer.map(|t| t.shutdown()) {
+            tracing::debug!(error = %e, "span exporter shutdown");
         }
     }
 }
@@ -130,4 +265,28 @@ fn register(meter: &Meter, watched: Watched) {
 
 fn attributes(s: &metrics::Sample) -> Vec<KeyValue> {
     s.labels.iter().map(|(k, v)| KeyValue::new(*k, v.clone())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(name: Option<&str>, arg: Option<&str>) -> String {
+        sampler_from(name, arg).map_or_else(|e| format!("error: {e}"), |s| format!("{s:?}"))
+    }
+
+    #[test]
+    fn samplers_follow_the_standard_variables_with_the_brokers_default() {
+        assert_eq!(named(None, None), "ParentBased(TraceIdRatioBased(0.01))");
+        assert_eq!(named(None, Some("0.5")), "ParentBased(TraceIdRatioBased(0.5))");
+        assert_eq!(named(Some("always_on"), None), "AlwaysOn");
+        assert_eq!(named(Some(" ParentBased_Always_Off "), None), "ParentBased(AlwaysOff)");
+        assert_eq!(named(Some("traceidratio"), None), "TraceIdRatioBased(1.0)");
+        assert_eq!(named(Some("parentbased_traceidratio"), Some("0")), "ParentBased(TraceIdRatioBased(0.0))");
+        assert!(named(Some("sometimes"), None).starts_with("error: OTEL_TRACES_SAMPLER=sometimes: expected"));
+        for bad in ["2", "-0.1", "half", "NaN"] {
+            let got = named(Some("traceidratio"), Some(bad));
+            assert!(got.starts_with(&format!("error: OTEL_TRACES_SAMPLER_ARG={bad}: expected")), "{got}");
+        }
+    }
 }

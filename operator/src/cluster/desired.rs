@@ -676,6 +676,13 @@ fn pod_set(cluster: &Cluster, settings: &Settings, role: &Role, ns: &str, hash: 
         if let Some(s) = t.export_interval_seconds {
             env.push(var("OTEL_METRIC_EXPORT_INTERVAL", (i64::from(s) * 1000).to_string()));
         }
+        match t.trace_sample_ratio {
+            Some(r) => {
+                env.push(var("OTEL_TRACES_SAMPLER", "parentbased_traceidratio".into()));
+                env.push(var("OTEL_TRACES_SAMPLER_ARG", r.to_string()));
+            }
+            None => env.push(var("OTEL_TRACES_EXPORTER", "none".into())),
+        }
         env.push(var(
             "OTEL_RESOURCE_ATTRIBUTES",
             format!("k8s.namespace.name={ns},k8s.pod.name=$(POD_NAME),oxbow.cluster={name}"),

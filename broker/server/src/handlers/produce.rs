@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use opentelemetry::KeyValue;
 use oxbow_log::batch::{ValidBatch, validate_produce};
 use oxbow_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use oxbow_protocol::messages::{ProduceRequest, ProduceResponse};
@@ -24,6 +25,7 @@ use crate::errors::BrokerError;
 use crate::metadata_view::Topic;
 use crate::partition::{HwWait, Partition, TxnWrite};
 use crate::stats::Purgatory;
+use crate::trace::Span;
 use crate::txn_coordinator::Verdict;
 
 /// Produce v12+ comes from transaction version 2 producers: the leader adds the partition to
@@ -185,6 +187,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
     }
     verify(ctx, &req, &mut ready, &mut resp).await;
     let mut pending: Vec<Pending> = Vec::new();
+    let mut appended = 0u64;
     for r in ready {
         let slot = &mut resp.responses[r.topic_slot].partition_responses[r.resp_index];
         let min_insync = (acks == -1).then_some(r.topic.min_insync);
@@ -196,6 +199,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
         let result = if fsync { tokio::task::block_in_place(append) } else { append() };
         match result {
             Ok(a) => {
+                appended += a.records as u64;
                 b.stats.produced(a.records as u64, a.bytes as u64);
                 r.topic.counters.produced(a.records as u64, a.bytes as u64);
                 let mut pr = PartitionProduceResponse::default();
@@ -227,6 +231,8 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
             }
         }
     }
+    ctx.trace.set(|| KeyValue::new("messaging.batch.message_count", appended as i64));
+    ctx.trace.set(|| KeyValue::new("kafka.acks", i64::from(acks)));
     if acks == 0 {
         return None;
     }
@@ -235,7 +241,12 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
     // acks=all: wait until the ISR has every write (immediate with one replica). The request's
     // timeout is one deadline for all its partitions, as in Kafka's produce purgatory.
     let deadline = Instant::now() + Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));
+    // Only writes the in-sync replicas do not have yet wait (with one replica, none does): they
+    // are what the produce purgatory counts, and what the replication wait span covers.
+    pending.retain(|p| p.partition.high_watermark() < p.wait_for);
     let _parked = (!pending.is_empty()).then(|| ctx.broker.stats.waiting(Purgatory::Produce));
+    let wait = if pending.is_empty() { Span::default() } else { ctx.trace.child("replication wait") };
+    wait.set(|| KeyValue::new("oxbow.partitions", pending.len() as i64));
     for p in pending {
         let left = deadline.saturating_duration_since(Instant::now());
         let e = match p.partition.wait_for_hw(p.wait_for, left).await {
@@ -245,6 +256,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
                 "this broker stopped leading the partition before the in-sync replicas had the write".into(),
             ),
         };
+        wait.fail(|| e.to_string());
         let slot = &mut resp.responses[p.topic].partition_responses[p.resp_index];
         *slot = partition_error(slot.index, &e);
     }

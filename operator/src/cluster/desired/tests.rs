@@ -110,6 +110,7 @@ fn cluster_with_every_override() {
         telemetry: Some(TelemetrySpec {
             otlp_endpoint: "http://otel-collector.monitoring:4318".into(),
             export_interval_seconds: Some(15),
+            trace_sample_ratio: Some(0.05),
         }),
         ..Default::default()
     });
@@ -362,6 +363,7 @@ fn the_operators_default_telemetry_applies_only_to_clusters_that_name_none() {
         telemetry: Some(TelemetrySpec {
             otlp_endpoint: "http://oxbow-collector.oxbow-system.svc.cluster.local:4318".into(),
             export_interval_seconds: Some(15),
+            trace_sample_ratio: None,
         }),
         ..settings()
     };
@@ -371,13 +373,23 @@ fn the_operators_default_telemetry_applies_only_to_clusters_that_name_none() {
     assert_eq!(got["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://oxbow-collector.oxbow-system.svc.cluster.local:4318");
     assert_eq!(got["OTEL_METRIC_EXPORT_INTERVAL"], "15000");
     assert!(got["OTEL_RESOURCE_ATTRIBUTES"].contains("oxbow.cluster=events"));
+    // No trace sample ratio: no traces (the chart's collector has no traces pipeline).
+    assert_eq!(got["OTEL_TRACES_EXPORTER"], "none");
+    assert!(!got.contains_key("OTEL_TRACES_SAMPLER"));
 
     let own = cluster(ClusterSpec {
         replicas: 1,
-        telemetry: Some(TelemetrySpec { otlp_endpoint: "http://mine:4318".into(), export_interval_seconds: None }),
+        telemetry: Some(TelemetrySpec {
+            otlp_endpoint: "http://mine:4318".into(),
+            export_interval_seconds: None,
+            trace_sample_ratio: Some(0.25),
+        }),
         ..Default::default()
     });
     let got = env(&own, &default);
     assert_eq!(got["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://mine:4318");
     assert!(!got.contains_key("OTEL_METRIC_EXPORT_INTERVAL"));
+    assert_eq!(got["OTEL_TRACES_SAMPLER"], "parentbased_traceidratio");
+    assert_eq!(got["OTEL_TRACES_SAMPLER_ARG"], "0.25");
+    assert!(!got.contains_key("OTEL_TRACES_EXPORTER"));
 }
