@@ -1,7 +1,9 @@
 //! Record headers read from a batch that has not been validated (a produce request's, before
 //! its handler runs): for trace context. Nothing here allocates per record or panics on any
-//! input, and a compressed batch is decompressed only up to a caller's limit, so a batch that
-//! inflates to gigabytes costs at most that limit.
+//! input, and a compressed batch is decompressed only up to a caller's limit plus one codec
+//! block (the decoders work block by block: at most 64 KiB for lz4, whose frames with larger
+//! blocks are not read, 128 KiB for zstd, 32 KiB for gzip's window), so a batch that inflates
+//! to gigabytes costs about that.
 
 use std::io::Read;
 use std::ops::ControlFlow;
@@ -148,9 +150,17 @@ fn decoder<'a>(codec: Codec, payload: &'a [u8], limit: usize) -> Option<Box<dyn 
     Some(match codec {
         Codec::None => Box::new(payload),
         Codec::Gzip => Box::new(flate2::read::GzDecoder::new(payload)),
-        Codec::Lz4 => Box::new(lz4::Decoder::new(payload).ok()?),
+        Codec::Lz4 => {
+            // The frame descriptor's BD byte (after the 4-byte magic and the FLG byte) names the
+            // block size: 4 is 64 KiB, what Kafka's clients write; larger blocks are decoded
+            // whole, so they are not read.
+            if payload.get(5).is_none_or(|bd| (bd >> 4) & 0x7 > 4) {
+                return None;
+            }
+            Box::new(lz4::Decoder::new(payload).ok()?)
+        }
         Codec::Zstd => {
-            let mut d = zstd::stream::read::Decoder::new(payload).ok()?;
+            let mut d = zstd::stream::read::Decoder::with_buffer(payload).ok()?;
             d.window_log_max(ZSTD_WINDOW_LOG_MAX).ok()?;
             Box::new(d)
         }

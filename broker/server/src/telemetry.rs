@@ -42,9 +42,10 @@ pub struct Exporter {
     tracer: Option<SdkTracerProvider>,
 }
 
-/// The OTLP endpoint of a signal (`METRICS`, `TRACES`) from the environment, if it is wanted:
-/// `OTEL_<signal>_EXPORTER` may be `otlp` or `none`, in any case; anything else stops startup
-/// naming the variable. `OTEL_SDK_DISABLED=true` turns every signal off.
+/// The OTLP endpoint of a signal (`METRICS`, `TRACES`) from the environment, if it is wanted.
+/// With an endpoint, `OTEL_<signal>_EXPORTER` may be `otlp` (or a list with it) or `none`, in
+/// any case; anything else stops startup naming the variable. `OTEL_SDK_DISABLED=true` turns
+/// every signal off.
 ///
 /// Metrics are on with an endpoint unless `OTEL_METRICS_EXPORTER=none`, as the standard has it.
 /// Traces must be asked for, by `OTEL_TRACES_EXPORTER=otlp`, `OTEL_TRACES_SAMPLER` or
@@ -58,18 +59,22 @@ fn endpoint(signal: &str) -> anyhow::Result<Option<(String, String)>> {
     }
     let exporter_key = format!("OTEL_{signal}_EXPORTER");
     let own_endpoint = format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT");
-    let asked = match var(&exporter_key).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+    let Some(found) = [own_endpoint.clone(), "OTEL_EXPORTER_OTLP_ENDPOINT".to_string()]
+        .into_iter()
+        .find_map(|k| var(&k).map(|v| (k, v)))
+    else {
+        return Ok(None);
+    };
+    // A list (the standard allows several exporters) is fine if OTLP is one of them.
+    let asked = match var(&exporter_key).map(|v| v.trim().to_ascii_lowercase()) {
         None => signal == "METRICS" || var("OTEL_TRACES_SAMPLER").is_some() || var(&own_endpoint).is_some(),
-        Some("otlp") => true,
-        Some("none") => false,
+        Some(v) if v.split(',').any(|e| e.trim() == "otlp") => true,
+        Some(v) if v == "none" => false,
         Some(other) => {
             anyhow::bail!("{exporter_key}={other}: expected otlp or none (the broker exports over OTLP/HTTP only)")
         }
     };
-    if !asked {
-        return Ok(None);
-    }
-    Ok([own_endpoint, "OTEL_EXPORTER_OTLP_ENDPOINT".to_string()].into_iter().find_map(|k| var(&k).map(|v| (k, v))))
+    Ok(asked.then_some(found))
 }
 
 /// The sampler the `OTEL_TRACES_SAMPLER*` variables name; a value it cannot use stops startup.

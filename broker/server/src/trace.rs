@@ -13,12 +13,12 @@
 //! continued trace is recorded when its parent was, and 1% of the other requests are. Every
 //! produce request's records are walked for trace context before that choice (the sampler needs
 //! the parent): in place for uncompressed batches, without allocating for records that carry
-//! none; a compressed batch is decompressed as far as its first record, and further (up to
-//! [`DECOMPRESS_PER_BATCH`] each and [`DECOMPRESS_PER_REQUEST`] in all) only if that record
-//! carries a `traceparent`. Any other request that is not recorded costs a span id
-//! and a sampling decision, and its attributes are never built. With traces off (no OTLP
-//! endpoint, or `OTEL_TRACES_EXPORTER=none`) nothing here runs but one check of [`enabled`] per
-//! request.
+//! none; a compressed batch (at most [`COMPRESSED_BATCHES_PER_REQUEST`] of them) is
+//! decompressed as far as its first record, and further (up to [`DECOMPRESS_PER_BATCH`] each
+//! and [`DECOMPRESS_PER_REQUEST`] in all) only if that record carries a `traceparent`. Any
+//! other request that is not recorded costs a span id and a sampling decision, and its
+//! attributes are never built. With traces off (the default: [`crate::telemetry`] says how to
+//! ask for them) nothing here runs but one check of [`enabled`] per request.
 
 use std::ops::ControlFlow;
 use std::str::FromStr as _;
@@ -122,6 +122,10 @@ impl Drop for Span {
 /// from all of a request's compressed batches together: the records at the start of each batch.
 pub const DECOMPRESS_PER_BATCH: usize = 64 << 10;
 pub const DECOMPRESS_PER_REQUEST: usize = 256 << 10;
+/// Most compressed batches of one request read for trace context: the decoders work a block at
+/// a time whatever they hand back, so the count bounds the work a request of many tiny
+/// compressed batches can ask for.
+pub const COMPRESSED_BATCHES_PER_REQUEST: usize = 16;
 
 /// The trace contexts that the records of `req` carry in their W3C `traceparent` (and
 /// `tracestate`) headers: first the parent of the request's span, the first sampled context (or,
@@ -134,13 +138,17 @@ pub fn record_contexts(req: &ProduceRequest) -> Vec<SpanContext> {
     let mut sampled: Vec<SpanContext> = Vec::new();
     let mut first: Option<SpanContext> = None;
     let mut budget = DECOMPRESS_PER_REQUEST;
+    let mut compressed = 0;
     let batches = req.topic_data.iter().flat_map(|t| &t.partition_data).filter_map(|p| p.records.as_ref());
     'requests: for records in batches {
         for (at, h) in BatchIter::new(records) {
             let Some(batch) = records.get(at..at.saturating_add(h.total_size())) else { break };
             let limit = DECOMPRESS_PER_BATCH.min(budget);
-            if limit == 0 && h.codec() != Some(Codec::None) {
-                continue;
+            if h.codec() != Some(Codec::None) {
+                if limit == 0 || compressed == COMPRESSED_BATCHES_PER_REQUEST {
+                    continue;
+                }
+                compressed += 1;
             }
             let (done, decompressed) = visit_headers(batch, &h, limit, Some(b"traceparent"), |headers| {
                 let (mut parent, mut state) = (None, None);
@@ -258,6 +266,15 @@ mod tests {
         assert!(record_contexts(&req).is_empty());
         assert!(record_contexts(&ProduceRequest::default()).is_empty());
         assert!(record_contexts(&request(vec![(vec![None, None], Compression::Gzip)])).is_empty());
+    }
+
+    #[test]
+    fn only_the_first_compressed_batches_of_a_request_are_read() {
+        let contexts: Vec<String> = (1..=20).map(|i| format!("00-{i:032x}-{i:016x}-01")).collect();
+        let req = request(contexts.iter().map(|c| (vec![Some(c.as_str())], Compression::Lz4)).collect());
+        assert_eq!(record_contexts(&req).len(), COMPRESSED_BATCHES_PER_REQUEST);
+        let req = request(contexts.iter().map(|c| (vec![Some(c.as_str())], Compression::None)).collect());
+        assert_eq!(record_contexts(&req).len(), 20);
     }
 
     #[test]
