@@ -35,6 +35,8 @@ class Suite:
         dumps += [["get", "events", "-n", ns] for ns in self.namespaces]
         for cmd in dumps + self.extra_dumps:
             print(subprocess.run(["kubectl", *cmd], capture_output=True, text=True).stdout, flush=True)
+        # Again after the dumps, so that the end of the output says what failed.
+        print(f"[{self.name}] FAILED (see the dumps above): {msg}", flush=True)
         sys.exit(1)
 
     def broker_hosts(self, ns, cluster, path):
