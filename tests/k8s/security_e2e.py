@@ -367,13 +367,25 @@ def run_security(T, ns):
     wait("the key replaced: the bundle trusts only a new key", replaced, 1200)
 
     def settled():
-        # The last step's roll done: no key generation on the pod template any more, every
-        # broker on the current template, Ready (a Ready seen between two steps' rolls is not
-        # the end; each restart waits for the last restarted broker to settle).
+        # The last step's roll done: no key generation on the pod template any more, and every
+        # broker pod itself on the StatefulSet's latest revision and Ready (a Ready seen between
+        # two steps' rolls is not the end; and the Cluster's status may predate the template
+        # change its own reconcile just made), then the Cluster Ready with every broker current.
+        sts = kjson("get", "statefulset", "-n", ns, f"{NAME}-broker")
+        if "oxbow.io/ca-keys" in (sts["spec"]["template"]["metadata"].get("annotations") or {}):
+            return None
+        st = sts.get("status") or {}
+        if st.get("observedGeneration") != sts["metadata"]["generation"]:
+            return None
+        brokers = [p for n, p in pods().items() if n.startswith(f"{NAME}-broker-")]
+        if len(brokers) != sts["spec"]["replicas"] or not all(
+                p["metadata"].get("labels", {}).get("controller-revision-hash") == st.get("updateRevision")
+                and not p["metadata"].get("deletionTimestamp")
+                and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+                for p in brokers):
+            return None
         o = ready("cluster", NAME)()
-        tmpl = kjson("get", "statefulset", "-n", ns, f"{NAME}-broker")["spec"]["template"]["metadata"]
-        current = o and all(b.get("upToDate") for b in o["status"].get("brokers", []))
-        return o if current and "oxbow.io/ca-keys" not in (tmpl.get("annotations") or {}) else None
+        return o if o and all(b.get("upToDate") for b in o["status"].get("brokers", [])) else None
     c = wait(f"Cluster {NAME} settled after the key replacement", settled, 600)
     new_ca = secret(f"{NAME}-cluster-ca", "tls.crt")
     notes = [e.get("note") or e.get("message", "") for e in cluster_events()

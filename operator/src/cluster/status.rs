@@ -84,6 +84,10 @@ pub(crate) fn pod_ready(pod: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// The pod template annotations whose change restarts the brokers: the configuration's hash and
+/// the CA keys a key replacement's step runs with.
+const RESTART_ANNOTATIONS: [&str; 2] = [CONFIG_HASH_ANNOTATION, super::tls::CA_KEYS_ANNOTATION];
+
 /// One [`PodState`] per expected ordinal of `sts` (the brokers' StatefulSet, or the dedicated
 /// controllers'), from the StatefulSet, its pods and the quorum (when the brokers could be
 /// asked). `create_failed`: the StatefulSet controller's latest refusal to create a pod (a
@@ -111,20 +115,21 @@ pub fn observe(
         None => wanted.contains(&ordinal),
     };
     let update_revision = sts.status.as_ref().and_then(|s| s.update_revision.clone());
-    let want_hash = sts
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.metadata.as_ref())
-        .and_then(|m| m.annotations.as_ref())
-        .and_then(|a| a.get(CONFIG_HASH_ANNOTATION).cloned());
+    let template = sts.spec.as_ref().and_then(|s| s.template.metadata.as_ref()).and_then(|m| m.annotations.as_ref());
+    // What the operator restarts pods for, compared on the pods themselves: right from the
+    // reconcile that changes the template, before the StatefulSet controller has computed the
+    // new revision (the revision until then is the old one, which old pods match).
+    let wanted: Vec<Option<&String>> = RESTART_ANNOTATIONS.iter().map(|k| template.and_then(|a| a.get(*k))).collect();
     (first..first + replicas)
         .map(|ordinal| {
             let name = format!("{set}-{ordinal}");
             let pod = pods.iter().find(|p| p.name_any() == name);
             let revision = pod.and_then(|p| p.labels().get("controller-revision-hash").cloned());
-            let hash = pod.and_then(|p| p.annotations().get(CONFIG_HASH_ANNOTATION).cloned());
+            let annotations_current = pod.is_some_and(|p| {
+                RESTART_ANNOTATIONS.iter().zip(&wanted).all(|(k, want)| p.annotations().get(*k) == *want)
+            });
             // Until the StatefulSet controller has computed its update revision, compare only
-            // the config hash.
+            // the annotations.
             let revision_current = update_revision.is_none() || revision == update_revision;
             PodState {
                 ordinal,
@@ -133,7 +138,7 @@ pub fn observe(
                 exists: pod.is_some(),
                 terminating: pod.is_some_and(|p| p.metadata.deletion_timestamp.is_some()),
                 ready: pod.is_some_and(pod_ready),
-                up_to_date: pod.is_none() || (revision_current && hash == want_hash),
+                up_to_date: pod.is_none() || (revision_current && annotations_current),
                 controller: is_voter(ordinal),
                 active_controller: leader == Some(ordinal),
                 rack: cluster
@@ -344,4 +349,48 @@ pub struct Notes {
     pub storage: Option<String>,
     /// Why the volumes cannot have `storage.size` (condition reason, message).
     pub storage_refused: Option<(&'static str, String)>,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::crd::ClusterSpec;
+
+    fn sts(revision: &str, annotations: serde_json::Value) -> StatefulSet {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c-broker"},
+            "spec": {"replicas": 2, "serviceName": "c-brokers", "selector": {},
+                     "template": {"metadata": {"annotations": annotations}}},
+            "status": {"replicas": 2, "updateRevision": revision},
+        }))
+        .unwrap()
+    }
+
+    fn pod(ordinal: i32, revision: &str, annotations: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("c-broker-{ordinal}"), "annotations": annotations,
+                         "labels": {"controller-revision-hash": revision}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pod_without_the_templates_ca_keys_is_stale_before_the_revision_is_computed() {
+        let cluster = Cluster::new("c", ClusterSpec { replicas: 2, ..Default::default() });
+        let step2 = serde_json::json!({CONFIG_HASH_ANNOTATION: "h", super::super::tls::CA_KEYS_ANNOTATION: "k2"});
+        let pods = [pod(0, "r1", step2.clone()), pod(1, "r1", step2.clone())];
+        let up =
+            |s: &StatefulSet| observe(&cluster, s, &pods, None, None).iter().map(|p| p.up_to_date).collect::<Vec<_>>();
+        assert_eq!(up(&sts("r1", step2)), [true, true]);
+        // The last step drops the annotation from the template; the StatefulSet controller has
+        // not computed the new revision yet, so the pods still match the one it reports.
+        assert_eq!(up(&sts("r1", serde_json::json!({CONFIG_HASH_ANNOTATION: "h"}))), [false, false]);
+        // A new config hash, or a new revision alone, makes them stale too.
+        let k2 = serde_json::json!({CONFIG_HASH_ANNOTATION: "h2", super::super::tls::CA_KEYS_ANNOTATION: "k2"});
+        assert_eq!(up(&sts("r1", k2)), [false, false]);
+        let same = serde_json::json!({CONFIG_HASH_ANNOTATION: "h", super::super::tls::CA_KEYS_ANNOTATION: "k2"});
+        assert_eq!(up(&sts("r2", same)), [false, false]);
+    }
 }
