@@ -94,7 +94,7 @@ def main() -> int:
     points = list(sink.points)
     produced = [v for name, _, v in points if name == "oxbow.broker.produced.records"]
     with sink.lock:
-        spans = [s for s in sink.span_details if s["service"] == "oxbow-broker"]
+        spans = [s for s in sink.spans if s["service"] == "oxbow-broker"]
     produce_spans = sum(1 for s in spans if s["name"] == "Produce")
     rows = []
     for (workload, metric, unit, better), per in res.values.items():

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -16,6 +17,20 @@ from oxbow_harness import create_topic, free_port, require_broker_binary, scrape
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
 from otlp_sink import Sink  # noqa: E402
+
+
+@pytest.fixture
+def sink():
+    """A stand-in collector on a free port (its URL is `sink.url`)."""
+    s = Sink("127.0.0.1", free_port())
+    yield s
+    s.close()
+
+
+def traces_only(sink, sampler):
+    """The broker's environment to export only traces, with `sampler`, to `sink`, promptly."""
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_TRACES_SAMPLER": sampler, "OTEL_BSP_SCHEDULE_DELAY": "200"}
 
 
 def latest(sink, name, **attrs):
@@ -46,50 +61,45 @@ def consume(c: Consumer, topic: str, n: int, timeout: float = 30) -> int:
     return got
 
 
-def test_broker_exports_request_traffic_and_partition_metrics_over_otlp(broker_factory):
-    port = free_port()
-    sink = Sink("127.0.0.1", port)
-    try:
-        b = broker_factory(start=False)
-        b.env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_METRIC_EXPORT_INTERVAL": "500",
-                 "OTEL_RESOURCE_ATTRIBUTES": "k8s.pod.name=events-broker-0"}
-        b.start()
-        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
-        for i in range(1000):
-            p.produce("metered", value=b"x" * 100, partition=i % 4)
-        assert p.flush(30) == 0
-        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "metered", "auto.offset.reset": "earliest"})
-        assert consume(c, "metered", 1000) == 1000
+def test_broker_exports_request_traffic_and_partition_metrics_over_otlp(broker_factory, sink):
+    b = broker_factory(start=False)
+    b.env = {"OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, "OTEL_METRIC_EXPORT_INTERVAL": "500",
+             "OTEL_RESOURCE_ATTRIBUTES": "k8s.pod.name=events-broker-0"}
+    b.start()
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
+    for i in range(1000):
+        p.produce("metered", value=b"x" * 100, partition=i % 4)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "metered", "auto.offset.reset": "earliest"})
+    assert consume(c, "metered", 1000) == 1000
 
-        wait_for("1000 produced records exported", lambda: latest(sink, "oxbow.broker.produced.records") == 1000)
-        # Every partition is led here: metered's 4 and __consumer_offsets' (the group made it).
-        hosted = sum(len(t.partitions) for t in AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=10)
-                     .topics.values())
-        assert hosted == 4 + 50, hosted
-        wait_for(f"{hosted} leader partitions", lambda: latest(sink, "oxbow.broker.partitions", role="leader") == hosted)
-        assert latest(sink, "oxbow.broker.partitions", role="follower") == 0
-        produced = latest(sink, "oxbow.broker.produced.bytes")
-        assert produced is not None and produced > 100 * 1000, produced
-        wait_for("fetched bytes", lambda: (latest(sink, "oxbow.broker.fetched.bytes") or 0) >= produced)
-        assert (latest(sink, "oxbow.broker.requests", api="Produce") or 0) >= 1
-        assert (latest(sink, "oxbow.broker.requests", api="Fetch") or 0) >= 1
-        assert (latest(sink, "oxbow.broker.requests", api="JoinGroup") or 0) >= 1
-        # The request duration histogram counts each answered produce request once.
-        wait_for("the produce requests' durations", lambda: latest(sink, "oxbow.broker.request.duration", api="Produce")
-                 == latest(sink, "oxbow.broker.requests", api="Produce"))
-        assert latest(sink, "oxbow.broker.partitions.under_replicated") == 0
-        wait_for("two client connections open", lambda: (latest(sink, "oxbow.broker.connections") or 0) >= 2)
-        assert (latest(sink, "oxbow.broker.log.size") or 0) >= produced
-        assert latest(sink, "oxbow.controller.active") == 1
-        with sink.lock:
-            services = {(a.get("resource.service.name"), a.get("resource.service.instance.id"),
-                         a.get("resource.k8s.pod.name")) for n, a, _ in sink.points if n.startswith("oxbow.")}
-        assert services == {("oxbow-broker", "1", "events-broker-0")}, services
-        # An endpoint alone exports metrics only: traces must be asked for.
-        assert not sink.spans, sink.spans[:3]
-        c.close()
-    finally:
-        sink.close()
+    wait_for("1000 produced records exported", lambda: latest(sink, "oxbow.broker.produced.records") == 1000)
+    # Every partition is led here: metered's 4 and __consumer_offsets' (the group made it).
+    hosted = sum(len(t.partitions) for t in AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=10)
+                 .topics.values())
+    assert hosted == 4 + 50, hosted
+    wait_for(f"{hosted} leader partitions", lambda: latest(sink, "oxbow.broker.partitions", role="leader") == hosted)
+    assert latest(sink, "oxbow.broker.partitions", role="follower") == 0
+    produced = latest(sink, "oxbow.broker.produced.bytes")
+    assert produced is not None and produced > 100 * 1000, produced
+    wait_for("fetched bytes", lambda: (latest(sink, "oxbow.broker.fetched.bytes") or 0) >= produced)
+    assert (latest(sink, "oxbow.broker.requests", api="Produce") or 0) >= 1
+    assert (latest(sink, "oxbow.broker.requests", api="Fetch") or 0) >= 1
+    assert (latest(sink, "oxbow.broker.requests", api="JoinGroup") or 0) >= 1
+    # The request duration histogram counts each answered produce request once.
+    wait_for("the produce requests' durations", lambda: latest(sink, "oxbow.broker.request.duration", api="Produce")
+             == latest(sink, "oxbow.broker.requests", api="Produce"))
+    assert latest(sink, "oxbow.broker.partitions.under_replicated") == 0
+    wait_for("two client connections open", lambda: (latest(sink, "oxbow.broker.connections") or 0) >= 2)
+    assert (latest(sink, "oxbow.broker.log.size") or 0) >= produced
+    assert latest(sink, "oxbow.controller.active") == 1
+    with sink.lock:
+        services = {(a.get("resource.service.name"), a.get("resource.service.instance.id"),
+                     a.get("resource.k8s.pod.name")) for n, a, _ in sink.points if n.startswith("oxbow.")}
+    assert services == {("oxbow-broker", "1", "events-broker-0")}, services
+    # An endpoint alone exports metrics only: traces must be asked for.
+    assert not sink.spans, sink.spans[:3]
+    c.close()
 
 
 def test_an_otlp_endpoint_that_is_not_a_url_stops_startup_naming_the_variable(tmp_path):
@@ -244,23 +254,20 @@ def traceparent(trace_id: str, span_id: str, sampled: bool) -> str:
 
 def spans_of(sink, **match):
     with sink.lock:
-        return [s for s in sink.span_details if all(s.get(k) == v for k, v in match.items())]
+        return [s for s in sink.spans if all(s.get(k) == v for k, v in match.items())]
 
 
 SERVER, INTERNAL, ERROR = 2, 1, 2  # OTLP's SPAN_KIND_SERVER, SPAN_KIND_INTERNAL, STATUS_CODE_ERROR
 
 
-def test_a_produce_continues_the_trace_its_records_carry_with_its_replication_wait(tmp_path, monkeypatch):
+def test_a_produce_continues_the_trace_its_records_carry_with_its_replication_wait(tmp_path, monkeypatch, sink):
     """Three nodes, a topic of 3 replicas. W3C trace context in record headers (as
     OpenTelemetry's Kafka instrumentation writes it) makes the leader's Produce span a child of
     the first sampled record's span, linked to the other sampled records' spans, with the
     record's tracestate, and an acks=all produce has a replication wait span inside it; a
     request whose records' parents were not sampled is not traced, nor is any request outside a
     trace under parentbased_always_off, on any node. Compressed batches are read too."""
-    port = free_port()
-    sink = Sink("127.0.0.1", port)
-    for k, v in {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_METRICS_EXPORTER": "none",
-                 "OTEL_TRACES_SAMPLER": "parentbased_always_off", "OTEL_BSP_SCHEDULE_DELAY": "200"}.items():
+    for k, v in traces_only(sink, "parentbased_always_off").items():
         monkeypatch.setenv(k, v)
     cluster = Cluster(require_broker_binary(), tmp_path / "cluster", 3, 0)
     try:
@@ -319,42 +326,37 @@ def test_a_produce_continues_the_trace_its_records_carry_with_its_replication_wa
 
         # Nothing else was traced: not the unsampled trace, not Metadata or ApiVersions.
         with sink.lock:
-            traced = {s["trace_id"] for s in sink.span_details}
+            traced = {s["trace_id"] for s in sink.spans}
         assert traced == {a, c, e, f}, traced
     finally:
         cluster.close()
-        sink.close()
 
 
-def test_every_request_is_a_span_with_its_api_client_and_peer_when_always_sampled(broker_factory):
-    port = free_port()
-    sink = Sink("127.0.0.1", port)
-    try:
-        b = broker_factory(start=False)
-        b.env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_METRICS_EXPORTER": "none",
-                 "OTEL_TRACES_SAMPLER": "always_on", "OTEL_BSP_SCHEDULE_DELAY": "200"}
-        b.start()
-        admin = AdminClient({"bootstrap.servers": b.bootstrap, "client.id": "span-checker"})
-        admin.list_topics(timeout=10)
-        wait_for("a Metadata span from span-checker",
-                 lambda: any(s["attributes"].get("messaging.client.id") == "span-checker"
-                             for s in spans_of(sink, name="Metadata")))
-        with sink.lock:
-            mine = [s for s in sink.span_details if s["attributes"].get("messaging.client.id") == "span-checker"]
-        names = {s["name"] for s in mine}
-        assert {"ApiVersions", "Metadata"} <= names, names
-        for s in mine:
-            assert s["kind"] == SERVER and s["parent_span_id"] == "" and s["service"] == "oxbow-broker", s
-            assert s["attributes"]["rpc.method"] == s["name"], s
-            assert s["attributes"]["kafka.api.version"] >= 0 and s["attributes"]["oxbow.listener"], s
-    finally:
-        sink.close()
+def test_every_request_is_a_span_with_its_api_client_and_peer_when_always_sampled(broker_factory, sink):
+    b = broker_factory(start=False)
+    b.env = traces_only(sink, "always_on")
+    b.start()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap, "client.id": "span-checker"})
+    admin.list_topics(timeout=10)
+    wait_for("a Metadata span from span-checker",
+             lambda: any(s["attributes"].get("messaging.client.id") == "span-checker"
+                         for s in spans_of(sink, name="Metadata")))
+    with sink.lock:
+        mine = [s for s in sink.spans if s["attributes"].get("messaging.client.id") == "span-checker"]
+    names = {s["name"] for s in mine}
+    assert {"ApiVersions", "Metadata"} <= names, names
+    for s in mine:
+        assert s["kind"] == SERVER and s["parent_span_id"] == "" and s["service"] == "oxbow-broker", s
+        assert s["attributes"]["rpc.method"] == s["name"], s
+        assert s["attributes"]["kafka.api.version"] >= 0 and s["attributes"]["oxbow.listener"], s
 
 
 def test_a_trace_setting_the_broker_cannot_use_stops_startup_naming_the_variable(tmp_path):
     binary = require_broker_binary()
     for extra, message in [
         ({"OTEL_TRACES_SAMPLER": "sometimes"}, "OTEL_TRACES_SAMPLER=sometimes: expected always_on"),
+        # Checked with no endpoint too (blank is unset).
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": " ", "OTEL_TRACES_SAMPLER": "sometimes"}, "OTEL_TRACES_SAMPLER=sometimes"),
         ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"},
          "OTEL_TRACES_SAMPLER_ARG=2: expected a sampling ratio from 0 to 1"),
         ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER=zipkin: expected otlp or none"),

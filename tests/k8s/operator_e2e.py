@@ -783,7 +783,7 @@ def main():
     step("the operator exported traces and metrics over OTLP")
     def exported():
         with sink.lock:
-            spans = {n for svc, n in sink.spans if svc == "oxbow-operator"}
+            spans = {s["name"] for s in sink.spans if s["service"] == "oxbow-operator"}
             done = {(a.get("controller"), a.get("result")) for n, a, v in sink.points
                     if n == "oxbow.operator.reconciles" and v > 0}
         return (spans, done) if "reconciling object" in spans and {("cluster", "success"),
@@ -809,7 +809,7 @@ def main():
     step("every broker exported request spans (spec.telemetry.traceSampleRatio 0.05)")
     def brokers_traced():
         with sink.lock:
-            spans = [s for s in sink.span_details if s["service"] == "oxbow-broker"
+            spans = [s for s in sink.spans if s["service"] == "oxbow-broker"
                      and s["resource"].get("oxbow.cluster") == "events"]
         by_pod = {s["resource"].get("k8s.pod.name") for s in spans
                   if s["attributes"].get("rpc.system") == "kafka" and s["attributes"].get("rpc.method") == s["name"]}

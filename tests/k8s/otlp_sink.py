@@ -1,5 +1,5 @@
 """A stand-in OpenTelemetry collector for tests: an OTLP/HTTP (protobuf) receiver that keeps the
-span names and the metric data points it was sent. Decoding uses the official OTLP protobuf
+spans and the metric data points it was sent. Decoding uses the official OTLP protobuf
 definitions (opentelemetry-proto), so what it accepts is what a real collector would."""
 
 import http.server
@@ -11,11 +11,10 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 class Sink:
     def __init__(self, host, port=4318):
-        self.spans = []  # (service, span name)
-        # Every span in full: service, resource {attribute: value}, name, kind, trace_id, span_id, parent_span_id (hex; "" for
+        # Every span: service, resource {attribute: value}, name, kind, trace_id, span_id, parent_span_id (hex; "" for
         # a root), trace_state, links [(trace_id, span_id)], attributes {key: value}, status code (0 unset,
         # 1 ok, 2 error) and message.
-        self.span_details = []
+        self.spans = []
         # (metric name, {attribute: value}, value); the resource's attributes are in the dict
         # too, as "resource.<key>" (resource.service.name, resource.service.instance.id, ...).
         self.points = []
@@ -48,6 +47,7 @@ class Sink:
                 pass
 
         self.server = http.server.ThreadingHTTPServer((host, port), Handler)
+        self.url = f"http://{host}:{self.server.server_port}"  # what OTEL_EXPORTER_OTLP_ENDPOINT names
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -69,8 +69,7 @@ class Sink:
                 svc = self._service(rs.resource)
                 resource = {a.key: self._value(a.value) for a in rs.resource.attributes}
                 for ss in rs.scope_spans:
-                    self.spans.extend((svc, s.name) for s in ss.spans)
-                    self.span_details.extend({
+                    self.spans.extend({
                         "service": svc, "resource": resource, "name": s.name, "kind": s.kind,
                         "trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(),
                         "parent_span_id": s.parent_span_id.hex(), "trace_state": s.trace_state,

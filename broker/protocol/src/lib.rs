@@ -35,6 +35,24 @@ pub use kafka_protocol::messages::ApiKey;
 pub use kafka_protocol::protocol::StrBytes;
 pub use kafka_protocol::records;
 
+/// The name of `api` in Kafka's protocol (`Produce`, `Fetch`, ...): the request metrics' `api`
+/// label and the request spans' name.
+pub fn api_name(api: ApiKey) -> &'static str {
+    // Indexed by key; built once, so the names live as long as the process without leaking.
+    static NAMES: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        let mut names = Vec::new();
+        for a in ApiKey::iter() {
+            let k = a as i16 as usize;
+            if names.len() <= k {
+                names.resize(k + 1, String::new());
+            }
+            names[k] = format!("{a:?}");
+        }
+        names
+    });
+    NAMES.get(api as i16 as usize).map_or("Unknown", String::as_str)
+}
+
 /// Errors raised while framing or decoding a request.
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {
@@ -50,4 +68,18 @@ pub enum ProtocolError {
     /// A response could not be encoded (a bug, or a field not representable in that version).
     #[error("cannot encode {api:?} v{version} response: {reason}")]
     Encode { api: ApiKey, version: i16, reason: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_api_has_its_protocol_name() {
+        assert_eq!(api_name(ApiKey::Produce), "Produce");
+        assert_eq!(api_name(ApiKey::DescribeCluster), "DescribeCluster");
+        for a in ApiKey::iter() {
+            assert_eq!(api_name(a), format!("{a:?}"));
+        }
+    }
 }

@@ -217,10 +217,10 @@ fn start_trace(
         AnyRequest::Produce(r) => trace::record_contexts(r),
         _ => Vec::new(),
     };
-    Span::request(trace::api_span_name(api), &parents, || {
+    Span::request(oxbow_protocol::api_name(api), &parents, || {
         vec![
             KeyValue::new("rpc.system", "kafka"),
-            KeyValue::new("rpc.method", trace::api_span_name(api)),
+            KeyValue::new("rpc.method", oxbow_protocol::api_name(api)),
             KeyValue::new("kafka.api.version", i64::from(version)),
             KeyValue::new("kafka.correlation_id", i64::from(correlation_id)),
             KeyValue::new("messaging.client.id", client_id.to_owned()),

@@ -370,7 +370,7 @@ pub const REQUEST_DURATION: HistogramFamily = HistogramFamily {
 
 /// The `api` label of an API key: Kafka's name (`Produce`), or the number of an unknown one.
 pub fn api_name(key: i16) -> String {
-    ApiKey::try_from(key).map_or_else(|_| key.to_string(), |a| format!("{a:?}"))
+    ApiKey::try_from(key).map_or_else(|_| key.to_string(), |a| oxbow_protocol::api_name(a).to_string())
 }
 
 fn requests(b: &Broker) -> Vec<Sample> {

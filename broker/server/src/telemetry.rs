@@ -53,7 +53,6 @@ pub struct Exporter {
 /// costs broker CPU (docs/observability.md, Overhead), which someone who set an endpoint for
 /// metrics has not chosen to pay.
 fn endpoint(signal: &str) -> anyhow::Result<Option<(String, String)>> {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
     if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
         return Ok(None);
     }
@@ -77,9 +76,13 @@ fn endpoint(signal: &str) -> anyhow::Result<Option<(String, String)>> {
     Ok(asked.then_some(found))
 }
 
+/// A variable of the environment, unless it is unset or blank (which the standard reads as unset).
+fn var(key: &str) -> Option<String> {
+    std::env::var(key).ok().filter(|v| !v.trim().is_empty())
+}
+
 /// The sampler the `OTEL_TRACES_SAMPLER*` variables name; a value it cannot use stops startup.
 fn sampler() -> anyhow::Result<Sampler> {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
     sampler_from(var("OTEL_TRACES_SAMPLER").as_deref(), var("OTEL_TRACES_SAMPLER_ARG").as_deref())
 }
 
@@ -115,7 +118,7 @@ fn resource(node_id: i32) -> Resource {
         .with_service_name("oxbow-broker")
         .with_attribute(KeyValue::new("service.instance.id", node_id.to_string()))
         .with_detectors(&[Box::new(TelemetryResourceDetector), Box::new(EnvResourceDetector::new())]);
-    if let Some(name) = std::env::var("OTEL_SERVICE_NAME").ok().filter(|n| !n.trim().is_empty()) {
+    if let Some(name) = var("OTEL_SERVICE_NAME") {
         r = r.with_service_name(name);
     }
     r.build()
@@ -139,16 +142,17 @@ impl Exporter {
     /// variable. Call outside the async runtime: the OTLP client is a blocking one, on the
     /// exporters' own threads.
     pub fn from_env(node_id: i32) -> anyhow::Result<Option<Exporter>> {
+        // Every setting is checked before anything starts exporting, the sampler's even when
+        // nothing is traced: a value the broker cannot use is a mistake either way.
+        let sampler = sampler()?;
         let metrics = endpoint("METRICS")?;
         let traces = endpoint("TRACES")?;
         if metrics.is_none() && traces.is_none() {
             return Ok(None);
         }
-        // Every setting is checked before anything starts exporting.
         for (key, url) in metrics.iter().chain(&traces) {
             check_url(key, url)?;
         }
-        let sampler = traces.as_ref().map(|_| sampler()).transpose()?;
         let resource = resource(node_id);
         let meter = match metrics {
             Some((key, url)) => {
@@ -166,8 +170,8 @@ impl Exporter {
             }
             None => None,
         };
-        let tracer = match (traces, sampler) {
-            (Some((key, url)), Some(sampler)) => {
+        let tracer = match traces {
+            Some((key, url)) => {
                 let exporter = opentelemetry_otlp::SpanExporter::builder()
                     .with_http()
                     .build()
@@ -181,7 +185,7 @@ impl Exporter {
                 crate::trace::install(provider.tracer("oxbow-broker"));
                 Some(provider)
             }
-            _ => None,
+            None => None,
         };
         Ok(Some(Exporter { meter, tracer }))
     }

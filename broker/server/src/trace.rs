@@ -22,7 +22,7 @@
 
 use std::ops::ControlFlow;
 use std::str::FromStr as _;
-use std::sync::{LazyLock, OnceLock};
+use std::sync::OnceLock;
 
 use opentelemetry::trace::{
     Link, Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags, TraceId, TraceState,
@@ -31,27 +31,15 @@ use opentelemetry::trace::{
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::SdkTracer;
 
-use kafka_protocol::messages::ApiKey;
-
 use oxbow_log::batch::{BatchIter, Codec};
 use oxbow_log::headers::visit_headers;
 use oxbow_protocol::messages::ProduceRequest;
-
-use crate::stats::API_SLOTS;
 
 /// The process's tracer, set once when trace export starts.
 static TRACER: OnceLock<SdkTracer> = OnceLock::new();
 
 /// Most trace contexts a produce span links to (its records may come from as many traces).
 pub const MAX_LINKS: usize = 32;
-
-/// The span name of requests to `api` (its name in Kafka's protocol: `Produce`, `Fetch`, ...).
-pub fn api_span_name(api: ApiKey) -> &'static str {
-    static NAMES: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
-        (0..API_SLOTS).map(|k| &*Box::leak(crate::metrics::api_name(k as i16).into_boxed_str())).collect()
-    });
-    NAMES.get(usize::try_from(api as i16).unwrap_or(usize::MAX)).copied().unwrap_or("Unknown")
-}
 
 /// Makes `tracer` the one every request span comes from ([`crate::telemetry`] calls this once).
 pub fn install(tracer: SdkTracer) {
