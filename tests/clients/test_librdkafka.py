@@ -26,6 +26,7 @@ from oxbow_harness import (
     create_topic,
     flush_all,
     produce_one,
+    segment_files,
     wait_for_topic,
     wait_until,
     watermarks,
@@ -128,6 +129,49 @@ def test_idempotent_compressed_roundtrip(broker, codec):
                 f"offsets_for_times(partition {p}, ts base+{ts - base_ts}) = {got[0].offset}, expected {expected}"
     finally:
         consumer.close()
+
+
+def stored_codecs(broker, topic: str, partition: int) -> set[int]:
+    """The codecs (attribute bits 0-2) of the batches stored in the partition's segments."""
+    codecs = set()
+    for f in segment_files(broker.partition_dir(topic, partition)):
+        data, pos = f.read_bytes(), 0
+        while pos + 61 <= len(data):
+            length = int.from_bytes(data[pos + 8:pos + 12], "big")
+            codecs.add(int.from_bytes(data[pos + 21:pos + 23], "big") & 7)
+            pos += 12 + length
+    return codecs
+
+
+TOPIC_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+@pytest.mark.parametrize("topic_codec", TOPIC_CODECS)
+def test_a_topics_compression_type_recompresses_what_producers_send(broker, topic_codec):
+    """A topic with its own compression.type stores every batch with that codec, whatever the
+    idempotent producer compressed with, and consumers read back every key, value, header and
+    timestamp; the producer's sequence numbers survive (no duplicate, no gap)."""
+    topic = f"recompress-{topic_codec}"
+    create_topic(broker, topic, 1, config={"compression.type": topic_codec})
+    base_ts = int(time.time() * 1000) - 10 * 60 * 1000
+    n = 0
+    for producer_codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "acks": "all",
+                             "compression.type": producer_codec, "linger.ms": 5})
+        dr = DeliveryLog(key_id)
+        for i in range(n, n + 2000):
+            produce_one(producer, topic=topic, key=b"k-%d" % i, value=value_of(i), headers=headers_of(i),
+                        timestamp=base_ts + i, partition=0, on_delivery=dr)
+        flush_all(producer, 60)
+        assert not dr.failed, f"{producer_codec}: {list(dr.failed.items())[:3]}"
+        assert sorted(off for _, off in dr.ok.values()) == list(range(n, n + 2000)), producer_codec
+        n += 2000
+    records = consume_all(broker, topic, [0], timeout=60)[0]
+    assert [r.offset for r in records] == list(range(n))
+    for i, r in enumerate(records):
+        assert (r.key, r.value, r.headers) == (b"k-%d" % i, value_of(i), tuple(headers_of(i))), i
+        assert (r.timestamp_type, r.timestamp) == (TIMESTAMP_CREATE_TIME, base_ts + i), i
+    assert stored_codecs(broker, topic, 0) == {TOPIC_CODECS[topic_codec]}
 
 
 def test_list_topics_metadata(broker):

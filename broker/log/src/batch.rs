@@ -95,6 +95,17 @@ pub enum Codec {
 }
 
 impl Codec {
+    /// The codec's value in a batch's attributes (their low three bits).
+    pub fn bits(self) -> i16 {
+        match self {
+            Self::None => 0,
+            Self::Gzip => 1,
+            Self::Snappy => 2,
+            Self::Lz4 => 3,
+            Self::Zstd => 4,
+        }
+    }
+
     fn from_bits(bits: i16) -> Option<Self> {
         Some(match bits & 0x7 {
             0 => Self::None,
@@ -311,27 +322,120 @@ pub fn read_varint(b: &[u8]) -> Option<(i64, usize)> {
     None
 }
 
-fn check_uncompressed_records(mut payload: &[u8], count: i32) -> Result<(), BatchError> {
-    let bad = |why: String| BatchError::Corrupt(why);
+/// A v2 batch with `h`'s offsets, producer fields and leader epoch, the given attributes,
+/// timestamps and record count, around `records` (already compressed).
+pub(crate) fn write_batch(
+    h: &BatchHeader,
+    attributes: i16,
+    base_timestamp: i64,
+    max_timestamp: i64,
+    count: usize,
+    records: &[u8],
+) -> Result<Vec<u8>, String> {
+    let batch_length = i32::try_from(HEADER_LEN - LOG_OVERHEAD + records.len()).map_err(|e| e.to_string())?;
+    let count = i32::try_from(count).map_err(|e| e.to_string())?;
+    let mut b = Vec::with_capacity(HEADER_LEN + records.len());
+    b.extend_from_slice(&h.base_offset.to_be_bytes());
+    b.extend_from_slice(&batch_length.to_be_bytes());
+    b.extend_from_slice(&h.leader_epoch.to_be_bytes());
+    b.push(2);
+    b.extend_from_slice(&[0; 4]); // CRC, below
+    b.extend_from_slice(&attributes.to_be_bytes());
+    b.extend_from_slice(&h.last_offset_delta.to_be_bytes());
+    b.extend_from_slice(&base_timestamp.to_be_bytes());
+    b.extend_from_slice(&max_timestamp.to_be_bytes());
+    b.extend_from_slice(&h.producer_id.to_be_bytes());
+    b.extend_from_slice(&h.producer_epoch.to_be_bytes());
+    b.extend_from_slice(&h.base_sequence.to_be_bytes());
+    b.extend_from_slice(&count.to_be_bytes());
+    b.extend_from_slice(records);
+    let crc = compute_crc(&b);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    Ok(b)
+}
+
+/// Checks that `payload` (a batch's records, uncompressed) is exactly `count` framed records
+/// whose offset deltas are 0, 1, ...
+pub(crate) fn check_uncompressed_records(mut payload: &[u8], count: i32) -> Result<(), BatchError> {
     for i in 0..count {
-        let (len, used) = read_varint(payload).ok_or_else(|| bad(format!("record {i}: bad length")))?;
-        let len = usize::try_from(len).map_err(|_| bad(format!("record {i}: negative length")))?;
-        let body =
-            payload.get(used..used + len).ok_or_else(|| bad(format!("record {i}: length {len} past the batch")))?;
-        // attributes (1 byte), timestamp delta (varlong), offset delta (varint)
-        let after_attrs = body.get(1..).ok_or_else(|| bad(format!("record {i}: empty")))?;
-        let (_, ts_len) = read_varint(after_attrs).ok_or_else(|| bad(format!("record {i}: bad timestamp delta")))?;
-        let (delta, _) =
-            read_varint(&after_attrs[ts_len..]).ok_or_else(|| bad(format!("record {i}: bad offset delta")))?;
-        if delta != i64::from(i) {
-            return Err(BatchError::InvalidRecord(format!("record {i} has offset delta {delta}")));
+        let r = next_record(&mut payload).map_err(|why| BatchError::Corrupt(format!("record {i}: {why}")))?;
+        if r.offset_delta != i64::from(i) {
+            return Err(BatchError::InvalidRecord(format!("record {i} has offset delta {}", r.offset_delta)));
         }
-        payload = &payload[used + len..];
     }
     if !payload.is_empty() {
         return Err(BatchError::Corrupt(format!("{} bytes after the last record", payload.len())));
     }
     Ok(())
+}
+
+/// One record of a batch's records section (uncompressed), framed as Kafka's v2 record: what
+/// validation, the cleaner and the trace context reader read of it.
+pub(crate) struct RecordFrame<'a> {
+    /// The whole record, its length prefix included.
+    pub raw: &'a [u8],
+    pub attributes: u8,
+    pub timestamp_delta: i64,
+    /// The record from its offset delta on.
+    pub after_timestamp: &'a [u8],
+    pub offset_delta: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    /// The number of headers the record gives, and the bytes that hold them.
+    pub header_count: i64,
+    pub headers: &'a [u8],
+}
+
+/// Reads the record at the start of `records` and moves `records` past it; what is wrong when
+/// the bytes are not a record. Never allocates or panics, whatever the bytes.
+pub(crate) fn next_record<'a>(records: &mut &'a [u8]) -> Result<RecordFrame<'a>, &'static str> {
+    let start = *records;
+    let len = varint(records).ok_or("bad length")?;
+    let len = usize::try_from(len).map_err(|_| "negative length")?;
+    let mut body = take(records, len).ok_or("length past the batch")?;
+    let raw = &start[..start.len() - records.len()];
+    let attributes = take(&mut body, 1).and_then(|a| a.first().copied()).ok_or("empty")?;
+    let timestamp_delta = varint(&mut body).ok_or("bad timestamp delta")?;
+    let after_timestamp = body;
+    let offset_delta = varint(&mut body).ok_or("bad offset delta")?;
+    let key = bytes(&mut body).ok_or("bad key")?;
+    let value = bytes(&mut body).ok_or("bad value")?;
+    let header_count = varint(&mut body).ok_or("bad header count")?;
+    Ok(RecordFrame {
+        raw,
+        attributes,
+        timestamp_delta,
+        after_timestamp,
+        offset_delta,
+        key,
+        value,
+        header_count,
+        headers: body,
+    })
+}
+
+/// The first `n` bytes of `b`, moving `b` past them.
+pub(crate) fn take<'b>(b: &mut &'b [u8], n: usize) -> Option<&'b [u8]> {
+    let (head, tail) = b.split_at_checked(n)?;
+    *b = tail;
+    Some(head)
+}
+
+/// A zigzag varint at the start of `b`, moving `b` past it.
+pub(crate) fn varint(b: &mut &[u8]) -> Option<i64> {
+    let (v, used) = read_varint(b)?;
+    *b = b.get(used..)?;
+    Some(v)
+}
+
+/// A varint-length-prefixed byte string at the start of `b`, moving `b` past it: `Some(None)`
+/// for a null (negative length).
+pub(crate) fn bytes<'b>(b: &mut &'b [u8]) -> Option<Option<&'b [u8]>> {
+    let len = varint(b)?;
+    if len < 0 {
+        return Some(None);
+    }
+    take(b, usize::try_from(len).ok()?).map(Some)
 }
 
 /// Why [`BatchIter`] stopped before the end of its buffer.

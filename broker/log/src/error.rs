@@ -11,6 +11,10 @@ pub enum BatchError {
     Corrupt(String),
     #[error("record batch of {size} bytes exceeds the limit of {max}")]
     TooLarge { size: usize, max: usize },
+    /// The records decompress to more than a recompressed batch may hold (Kafka's
+    /// MESSAGE_TOO_LARGE, as for a batch too large as sent).
+    #[error("the batch's records decompress to more than {limit} bytes, the most it may hold recompressed")]
+    Inflated { limit: usize },
     #[error("invalid record batch: {0}")]
     InvalidRecord(String),
     #[error("timestamp {timestamp} is out of range ({reason})")]

@@ -8,7 +8,8 @@
 use std::io::Read;
 use std::ops::ControlFlow;
 
-use crate::batch::{BatchHeader, Codec, HEADER_LEN, read_varint};
+use crate::batch::{BatchHeader, Codec, HEADER_LEN, bytes, next_record, read_varint};
+use crate::compression::{self, Bounds};
 
 /// The headers of one record, in order: `(key, value)`, a null value as `None`. Stops at the
 /// first malformed header.
@@ -38,27 +39,6 @@ impl<'a> Iterator for Headers<'a> {
     }
 }
 
-fn take<'b>(b: &mut &'b [u8], n: usize) -> Option<&'b [u8]> {
-    let (head, tail) = (b.get(..n)?, b.get(n..)?);
-    *b = tail;
-    Some(head)
-}
-
-fn varint(b: &mut &[u8]) -> Option<i64> {
-    let (v, used) = read_varint(b)?;
-    *b = b.get(used..)?;
-    Some(v)
-}
-
-/// A length-prefixed byte string: `Some(None)` for a null (negative length).
-fn bytes<'b>(b: &mut &'b [u8]) -> Option<Option<&'b [u8]>> {
-    let len = varint(b)?;
-    if len < 0 {
-        return Some(None);
-    }
-    take(b, usize::try_from(len).ok()?).map(Some)
-}
-
 /// Calls `f` with each record's headers, in record order, until it breaks. `batch` is one whole
 /// v2 batch whose header is `h`. An uncompressed batch is read in place; a compressed one is
 /// decompressed to at most `limit` bytes, and only the records wholly inside them are read.
@@ -81,7 +61,9 @@ pub fn visit_headers(
         Some(codec) => codec,
         None => return (ControlFlow::Continue(()), 0),
     };
-    let Some(mut reader) = decoder(codec, payload, limit) else { return (ControlFlow::Continue(()), 0) };
+    let Some(mut reader) = compression::reader(codec, payload, limit, Bounds::Probe) else {
+        return (ControlFlow::Continue(()), 0);
+    };
     let mut plain = Vec::new();
     if let Some(key) = probe {
         fill(&mut reader, &mut plain, MAX_VARINT.min(limit));
@@ -116,86 +98,12 @@ fn fill(r: &mut impl Read, buf: &mut Vec<u8>, want: usize) {
 
 fn walk(mut records: &[u8], count: i32, f: &mut impl FnMut(Headers<'_>) -> ControlFlow<()>) -> ControlFlow<()> {
     for _ in 0..count {
-        let headers = (|| {
-            let len = usize::try_from(varint(&mut records)?).ok()?;
-            let mut body = take(&mut records, len)?;
-            take(&mut body, 1)?; // attributes
-            varint(&mut body)?; // timestamp delta
-            varint(&mut body)?; // offset delta
-            bytes(&mut body)?; // key
-            bytes(&mut body)?; // value
-            let left = varint(&mut body)?;
-            Some(Headers { rest: body, left })
-        })();
-        match headers {
-            Some(headers) => f(headers)?,
-            None => break,
+        match next_record(&mut records) {
+            Ok(r) => f(Headers { rest: r.headers, left: r.header_count })?,
+            Err(_) => break,
         }
     }
     ControlFlow::Continue(())
-}
-
-/// The stream magic of snappy-java's framing, which Kafka's Java client writes (then a version
-/// and a compatible version, 4 bytes each, then blocks of a 4-byte length and raw snappy).
-const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
-const XERIAL_HEADER: usize = 16;
-
-/// Largest window a zstd frame may ask for here (8 MiB): Kafka's producers write 2 MiB and less;
-/// a frame that wants more yields no headers rather than a large allocation.
-const ZSTD_WINDOW_LOG_MAX: u32 = 23;
-
-/// A reader of `payload`'s decompressed bytes. Snappy blocks are decompressed whole, so a
-/// snappy reader holds only the blocks that fit in `limit`.
-fn decoder<'a>(codec: Codec, payload: &'a [u8], limit: usize) -> Option<Box<dyn Read + 'a>> {
-    Some(match codec {
-        Codec::None => Box::new(payload),
-        Codec::Gzip => Box::new(flate2::read::GzDecoder::new(payload)),
-        Codec::Lz4 => {
-            // The frame descriptor's BD byte (after the 4-byte magic and the FLG byte) names the
-            // block size: 4 is 64 KiB, what Kafka's clients write; larger blocks are decoded
-            // whole, so they are not read.
-            if payload.get(5).is_none_or(|bd| (bd >> 4) & 0x7 > 4) {
-                return None;
-            }
-            Box::new(lz4::Decoder::new(payload).ok()?)
-        }
-        Codec::Zstd => {
-            let mut d = zstd::stream::read::Decoder::with_buffer(payload).ok()?;
-            d.window_log_max(ZSTD_WINDOW_LOG_MAX).ok()?;
-            Box::new(d)
-        }
-        Codec::Snappy => Box::new(std::io::Cursor::new(snappy_prefix(payload, limit)?)),
-    })
-}
-
-/// The whole snappy blocks of `payload` that fit in `limit` bytes once decompressed.
-fn snappy_prefix(payload: &[u8], limit: usize) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut snappy = snap::raw::Decoder::new();
-    let mut block = |compressed: &[u8], out: &mut Vec<u8>| -> Option<()> {
-        let n = snap::raw::decompress_len(compressed).ok()?;
-        if out.len().checked_add(n)? > limit {
-            return None;
-        }
-        let at = out.len();
-        out.resize(at + n, 0);
-        snappy.decompress(compressed, &mut out[at..]).ok()?;
-        Some(())
-    };
-    if payload.starts_with(XERIAL_MAGIC) {
-        let mut rest = payload.get(XERIAL_HEADER..)?;
-        while let Some(len) = rest.get(..4) {
-            let len = usize::try_from(u32::from_be_bytes([len[0], len[1], len[2], len[3]])).ok()?;
-            rest = &rest[4..];
-            let Some(compressed) = take(&mut rest, len) else { break };
-            if block(compressed, &mut out).is_none() {
-                break;
-            }
-        }
-    } else {
-        block(payload, &mut out)?;
-    }
-    Some(out)
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod cleaner;
+mod compression;
 pub mod config;
 pub mod control;
 pub mod epochs;

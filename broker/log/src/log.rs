@@ -556,7 +556,7 @@ impl Log {
         for b in batches {
             let raw = &records[b.start..b.end];
             let start = buf.len();
-            match recompress(raw, &b.header, self.config.compression)? {
+            match recompress(raw, &b.header, self.config.compression, self.config.max_message_bytes)? {
                 Some(re) => buf.extend_from_slice(&re),
                 None => buf.extend_from_slice(raw),
             }

@@ -358,7 +358,7 @@ impl From<BatchError> for BrokerError {
         let m = e.to_string();
         match e {
             BatchError::Corrupt(_) => BrokerError::CorruptRecords(m),
-            BatchError::TooLarge { .. } => BrokerError::MessageTooLarge(m),
+            BatchError::TooLarge { .. } | BatchError::Inflated { .. } => BrokerError::MessageTooLarge(m),
             BatchError::InvalidRecord(_) => BrokerError::InvalidRecord(m),
             BatchError::InvalidTimestamp { .. } => BrokerError::InvalidTimestamp(m),
         }

@@ -7,10 +7,10 @@
 //! deltas are relative to the unchanged base), unless a delete horizon moves the base
 //! timestamp, which re-encodes their timestamp deltas only.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{self as codecs, Compressor, Decompressor};
+use bytes::Bytes;
 
-use crate::batch::{BatchHeader, Codec, HEADER_LEN, LOG_OVERHEAD, compute_crc, read_varint};
+use crate::batch::{BatchHeader, HEADER_LEN, next_record, write_batch};
+use crate::compression::{self, Inflate};
 
 /// Attributes bit 6: the base timestamp is the batch's delete horizon (KIP-534).
 const DELETE_HORIZON: i16 = 0x40;
@@ -34,73 +34,38 @@ pub(crate) fn delete_horizon(h: &BatchHeader) -> Option<i64> {
     (h.attributes & DELETE_HORIZON != 0).then_some(h.base_timestamp)
 }
 
-/// The records section of `batch`, decompressed.
+/// The records section of `batch`, decompressed. (A stored batch was accepted whole: no bound
+/// but the address space.)
 pub(crate) fn records_payload(batch: &[u8], h: &BatchHeader) -> Result<Bytes, String> {
-    let body = Bytes::copy_from_slice(batch.get(HEADER_LEN..).unwrap_or_default());
-    fn run<D: Decompressor<Bytes>>(mut b: Bytes) -> Result<Bytes, String> {
-        D::decompress(&mut b, |d| Ok(d.copy_to_bytes(d.remaining()))).map_err(|e| e.to_string())
+    let body = batch.get(HEADER_LEN..).unwrap_or_default();
+    let codec = h.codec().ok_or_else(|| format!("unknown compression codec {}", h.attributes & 0x7))?;
+    match compression::decompress(codec, body, usize::MAX) {
+        Ok(records) => Ok(Bytes::from(records)),
+        Err(Inflate::Corrupt(why)) => Err(why),
+        Err(Inflate::Over) => Err("records larger than the address space".into()),
     }
-    match h.codec() {
-        Some(Codec::None) => Ok(body),
-        Some(Codec::Gzip) => run::<codecs::Gzip>(body),
-        Some(Codec::Snappy) => run::<codecs::Snappy>(body),
-        Some(Codec::Lz4) => run::<codecs::Lz4>(body),
-        Some(Codec::Zstd) => run::<codecs::Zstd>(body),
-        None => Err(format!("unknown compression codec {}", h.attributes & 0x7)),
-    }
-}
-
-fn varint_at(b: &[u8], at: usize, what: &str) -> Result<(i64, usize), String> {
-    b.get(at..).and_then(read_varint).ok_or_else(|| format!("bad {what}"))
 }
 
 /// The `h.record_count` records of a decompressed records section.
 pub(crate) fn parse_records<'a>(payload: &'a [u8], h: &BatchHeader) -> Result<Vec<RawRecord<'a>>, String> {
     let count = usize::try_from(h.record_count).map_err(|_| format!("record count {}", h.record_count))?;
     let mut out = Vec::with_capacity(count.min(payload.len()));
-    let mut pos = 0;
+    let mut rest = payload;
     for i in 0..count {
-        let bad = |why: String| format!("record {i} of the batch at offset {}: {why}", h.base_offset);
-        let (len, used) = varint_at(payload, pos, "length").map_err(bad)?;
-        let len = usize::try_from(len).map_err(|_| bad(format!("length {len}")))?;
-        let end = (pos + used)
-            .checked_add(len)
-            .filter(|e| *e <= payload.len())
-            .ok_or_else(|| bad("past the batch".into()))?;
-        let body = &payload[pos + used..end];
-        let attributes = *body.first().ok_or_else(|| bad("empty".into()))?;
-        let (ts_delta, ts_len) = varint_at(body, 1, "timestamp delta").map_err(bad)?;
-        let mut at = 1 + ts_len;
-        let (offset_delta, n) = varint_at(body, at, "offset delta").map_err(bad)?;
-        at += n;
-        let (key_len, n) = varint_at(body, at, "key length").map_err(bad)?;
-        at += n;
-        let key = match usize::try_from(key_len) {
-            Ok(k) => {
-                let key = body.get(at..at + k).ok_or_else(|| bad("key past the record".into()))?;
-                at += k;
-                Some(key)
-            }
-            Err(_) => None,
-        };
-        let (value_len, _) = varint_at(body, at, "value length").map_err(bad)?;
+        let r = next_record(&mut rest)
+            .map_err(|why| format!("record {i} of the batch at offset {}: {why}", h.base_offset))?;
         out.push(RawRecord {
-            offset: h.base_offset + offset_delta,
-            timestamp: h.base_timestamp + ts_delta,
-            key,
-            has_value: value_len >= 0,
-            attributes,
-            raw: &payload[pos..end],
-            after_timestamp: &body[1 + ts_len..],
+            offset: h.base_offset + r.offset_delta,
+            timestamp: h.base_timestamp + r.timestamp_delta,
+            key: r.key,
+            has_value: r.value.is_some(),
+            attributes: r.attributes,
+            raw: r.raw,
+            after_timestamp: r.after_timestamp,
         });
-        pos = end;
     }
-    if pos != payload.len() {
-        return Err(format!(
-            "{} bytes after the last record of the batch at offset {}",
-            payload.len() - pos,
-            h.base_offset
-        ));
+    if !rest.is_empty() {
+        return Err(format!("{} bytes after the last record of the batch at offset {}", rest.len(), h.base_offset));
     }
     Ok(out)
 }
@@ -112,57 +77,6 @@ fn put_varint(out: &mut Vec<u8>, v: i64) {
         u >>= 7;
     }
     out.push(u as u8);
-}
-
-fn compress(codec: Codec, raw: Vec<u8>) -> Result<Vec<u8>, String> {
-    fn run<C: Compressor<BytesMut>>(raw: &[u8]) -> Result<Vec<u8>, String> {
-        let mut out = BytesMut::new();
-        C::compress(&mut out, |b| {
-            b.put_slice(raw);
-            Ok(())
-        })
-        .map_err(|e| e.to_string())?;
-        Ok(out.to_vec())
-    }
-    match codec {
-        Codec::None => Ok(raw),
-        Codec::Gzip => run::<codecs::Gzip>(&raw),
-        Codec::Snappy => run::<codecs::Snappy>(&raw),
-        Codec::Lz4 => run::<codecs::Lz4>(&raw),
-        Codec::Zstd => run::<codecs::Zstd>(&raw),
-    }
-}
-
-/// A v2 batch with `h`'s offsets, producer fields and leader epoch, the given attributes,
-/// timestamps and record count, around `records` (already compressed).
-fn write_batch(
-    h: &BatchHeader,
-    attributes: i16,
-    base_timestamp: i64,
-    max_timestamp: i64,
-    count: usize,
-    records: &[u8],
-) -> Result<Vec<u8>, String> {
-    let batch_length = i32::try_from(HEADER_LEN - LOG_OVERHEAD + records.len()).map_err(|e| e.to_string())?;
-    let count = i32::try_from(count).map_err(|e| e.to_string())?;
-    let mut b = Vec::with_capacity(HEADER_LEN + records.len());
-    b.extend_from_slice(&h.base_offset.to_be_bytes());
-    b.extend_from_slice(&batch_length.to_be_bytes());
-    b.extend_from_slice(&h.leader_epoch.to_be_bytes());
-    b.push(2);
-    b.extend_from_slice(&[0; 4]); // CRC, below
-    b.extend_from_slice(&attributes.to_be_bytes());
-    b.extend_from_slice(&h.last_offset_delta.to_be_bytes());
-    b.extend_from_slice(&base_timestamp.to_be_bytes());
-    b.extend_from_slice(&max_timestamp.to_be_bytes());
-    b.extend_from_slice(&h.producer_id.to_be_bytes());
-    b.extend_from_slice(&h.producer_epoch.to_be_bytes());
-    b.extend_from_slice(&h.base_sequence.to_be_bytes());
-    b.extend_from_slice(&count.to_be_bytes());
-    b.extend_from_slice(records);
-    let crc = compute_crc(&b);
-    b[17..21].copy_from_slice(&crc.to_be_bytes());
-    Ok(b)
 }
 
 /// The batch `h` holding only `kept` (some of its records, in order), written as Kafka's cleaner
@@ -189,7 +103,7 @@ pub(crate) fn rebuild(h: &BatchHeader, kept: &[RawRecord<'_>], horizon: Option<i
         kept.iter().map(|r| r.timestamp).max().unwrap_or(h.max_timestamp)
     };
     let attributes = h.attributes | if horizon.is_some() { DELETE_HORIZON } else { 0 };
-    write_batch(h, attributes, base_timestamp, max_timestamp, kept.len(), &compress(codec, raw)?)
+    write_batch(h, attributes, base_timestamp, max_timestamp, kept.len(), &compression::compress(codec, raw)?)
 }
 
 /// The batch `h` with no records (Kafka's `RetainEmpty`): offsets, producer fields, leader
@@ -202,6 +116,7 @@ pub(crate) fn empty(h: &BatchHeader) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::{Codec, compute_crc};
     use kafka_protocol::records::{Compression, RecordBatchDecoder};
 
     fn header(b: &[u8]) -> BatchHeader {
