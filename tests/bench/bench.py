@@ -288,16 +288,21 @@ def java_tool(classpath: str, main: str, args: list[str], timeout: int = 1800) -
     return r.stdout
 
 
-def create_topic(broker: Broker, topic: str, partitions: int) -> None:
+def create_topic(broker, topic: str, partitions: int, replicas: int = 1) -> None:
+    """Creates `topic` and waits until every partition has a leader and, replicated, all its
+    replicas in sync; with more than one replica, min.insync.replicas is one less."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap(), "log_level": 0})
-    fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic]
+    config = {"min.insync.replicas": str(replicas - 1)} if replicas > 1 else {}
+    fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=replicas,
+                                        config=config)])[topic]
     fut.result(60)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         md = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
-        if md and md.error is None and len(md.partitions) == partitions and all(p.leader >= 0 for p in md.partitions.values()):
+        if md and md.error is None and len(md.partitions) == partitions and all(
+                p.leader >= 0 and len(p.isrs) == replicas for p in md.partitions.values()):
             return
         time.sleep(0.1)
     raise RuntimeError(f"topic {topic} not ready on {broker.name}")
@@ -322,12 +327,14 @@ class Produce:
     tool: str = "java"  # "java": Kafka's ProducerPerformance; "librdkafka": rdkafka_performance
     tls: bool = False  # over the SSL listener (librdkafka only)
     header: str = ""  # "name=value" added to every record (librdkafka only)
+    replicas: int = 1  # more: three nodes, min.insync.replicas one less
 
     @property
     def name(self) -> str:
         tls = " TLS" if self.tls else ""
         header = f" +{self.header.split('=', 1)[0]}" if self.header else ""
-        return f"produce {self.size}B acks={self.acks} p={self.partitions} {self.compression}{tls}{header} ({self.tool})"
+        rf = f" RF{self.replicas}" if self.replicas > 1 else ""
+        return f"produce {self.size}B acks={self.acks} p={self.partitions}{rf} {self.compression}{tls}{header} ({self.tool})"
 
 
 @dataclass
@@ -340,7 +347,7 @@ class Results:
 
 
 def run_produce_rdkafka(b: Broker, w: Produce, topic: str, res: Results) -> None:
-    create_topic(b, topic, w.partitions)
+    create_topic(b, topic, w.partitions, w.replicas)
     cpu0, _ = b.stats()
     props = {**PRODUCER, "enable.idempotence": "true" if w.acks == "all" else "false"}
     if w.tls:
@@ -380,7 +387,7 @@ def run_produce(b: Broker, cp: str, w: Produce, topic: str, res: Results) -> Non
     if w.tool == "librdkafka":
         run_produce_rdkafka(b, w, topic, res)
         return
-    create_topic(b, topic, w.partitions)
+    create_topic(b, topic, w.partitions, w.replicas)
     cpu0, _ = b.stats()
     props = {"bootstrap.servers": b.bootstrap(), "acks": w.acks, "compression.type": w.compression, **PRODUCER}
     out = java_tool(cp, "org.apache.kafka.tools.ProducerPerformance",
@@ -431,14 +438,14 @@ def run_consume_rdkafka(b: Broker, topic: str, w: Produce, tls: bool, res: Resul
     res.add(name, "broker CPU per GB read", "CPU s/GB", "lower", b.name, (cpu1 - cpu0) / (w.records * w.size / 1e9))
 
 
-def run_latency(b: Broker, cp: str, rate: int, seconds: int, res: Results) -> None:
+def run_latency(b: Broker, cp: str, rate: int, seconds: int, res: Results, replicas: int = 1) -> None:
     topic = "bench-latency"
-    create_topic(b, topic, 1)
+    create_topic(b, topic, 1, replicas)
     out = java_tool(cp, "io.oxbow.bench.FixedRateLatency", [b.bootstrap(), topic, str(rate), str(seconds), "1024", "all"])
     m = re.search(r"p50_us=(\d+) p99_us=(\d+) p999_us=(\d+)", out)
     if not m:
         raise RuntimeError(f"cannot parse FixedRateLatency output: {out}")
-    w = f"end-to-end latency 1024B acks=all at {rate}/s"
+    w = f"end-to-end latency 1024B acks=all at {rate}/s" + (f" RF{replicas}" if replicas > 1 else "")
     for pct, v in zip(("p50", "p99", "p99.9"), m.groups()):
         res.add(w, pct, "µs", "lower", b.name, float(v))
 
@@ -548,15 +555,27 @@ def tls_round(cls, binary_cp: str, workdir: Path, certs: Path, args, res: Result
         b.kill()
 
 
-class Pair:
-    """Two nodes of one kind on 127.0.0.1 for the reassignment workload: node 1 a combined
-    broker and controller (the whole metadata quorum), node 2 broker-only, with the same
-    server.properties keys for both kinds (Kafka's), Kafka's JVM as in the single-node rounds."""
+class CpuSum:
+    """The CPU of several processes (a cluster's nodes): `later - earlier` sums theirs."""
 
-    def __init__(self, kind: str, workdir: Path, classpath: str):
-        self.kind = kind
+    def __init__(self, parts: list[CpuSample]):
+        self.parts = parts
+
+    def __sub__(self, earlier: "CpuSum") -> float:
+        return sum(a - b for a, b in zip(self.parts, earlier.parts))
+
+
+class Nodes:
+    """`count` nodes of one kind on 127.0.0.1 (the reassignment and replicated workloads): node 1
+    a combined broker and controller (the whole metadata quorum), the others broker-only, with
+    the same server.properties keys for both kinds (Kafka's), Kafka's JVM as in the single-node
+    rounds. Used where a Broker is (bootstrap, stats, name): stats sum the nodes'."""
+
+    def __init__(self, kind: str, workdir: Path, classpath: str, count: int = 2):
+        self.kind = self.name = kind
+        self.certs = None
         self.classpath = classpath
-        self.ports = {1: free_port(), 2: free_port()}
+        self.ports = {n: free_port() for n in range(1, count + 1)}
         self.cport = free_port()
         self.procs: dict[int, subprocess.Popen] = {}
         self.workdir = workdir
@@ -588,7 +607,7 @@ class Pair:
         }
 
     def start(self) -> None:
-        for node in (1, 2):
+        for node in self.ports:
             conf = self.conf(node)
             out = open(self.workdir / f"{self.kind}-node{node}.log", "ab")
             if self.kind == "oxbow":
@@ -601,8 +620,8 @@ class Pair:
                 subprocess.run(jvm + ["-Xmx512m", "kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}",
                                       "-c", str(props)], check=True, stdout=subprocess.DEVNULL)
                 cmd = jvm[:1] + KAFKA_JVM + jvm[1:] + ["kafka.Kafka", str(props)]
-            self.procs[node] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                                env={**os.environ, "NO_COLOR": "1"})
+            env = {**os.environ, "NO_COLOR": "1", **(Oxbow.env if self.kind == "oxbow" else {})}
+            self.procs[node] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + 300
@@ -612,15 +631,20 @@ class Pair:
                     raise RuntimeError(f"{self.kind} node {node} exited with {p.returncode}; see {self.workdir}")
             try:
                 md = AdminClient({"bootstrap.servers": self.bootstrap(), "log_level": 0}).list_topics(timeout=2)
-                if sorted(md.brokers) == [1, 2]:
+                if sorted(md.brokers) == sorted(self.ports):
                     return
             except Exception:  # noqa: BLE001 - retried until the deadline
                 pass
             time.sleep(0.2)
-        raise RuntimeError(f"{self.kind}: two brokers not registered within 300 s; see {self.workdir}")
+        raise RuntimeError(f"{self.kind}: {len(self.ports)} brokers not registered within 300 s; see {self.workdir}")
 
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.ports[1]},127.0.0.1:{self.ports[2]}"
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports.values())
+
+    def stats(self) -> tuple[CpuSum, int]:
+        """(CPU used so far, sum of peak RSS in KiB) of every node."""
+        samples = [read_stat(p.pid) for p in self.procs.values()]
+        return CpuSum([c for c, _ in samples]), sum(h for _, h in samples)
 
     def stop(self) -> None:
         for p in self.procs.values():
@@ -629,7 +653,7 @@ class Pair:
                 p.wait(30)
 
 
-def timed_move(pair: Pair, topic: str, to: int, throttle: int | None) -> float:
+def timed_move(pair: Nodes, topic: str, to: int, throttle: int | None) -> float:
     """Seconds from launching kafka-reassign-partitions (the same JVM start for both kinds) until
     Metadata shows the partition on broker `to` alone, in sync."""
     from confluent_kafka.admin import AdminClient
@@ -657,7 +681,7 @@ def timed_move(pair: Pair, topic: str, to: int, throttle: int | None) -> float:
 def move_round(kind: str, cp: str, workdir: Path, args, res: Results) -> None:
     """Moves one partition holding `--move-gb` of 1 KiB records from broker 1 to broker 2
     unthrottled, then back with a throttle of `--move-throttle-mb` MB/s."""
-    pair = Pair(kind, workdir, cp)
+    pair = Nodes(kind, workdir, cp)
     try:
         pair.start()
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -678,6 +702,29 @@ def move_round(kind: str, cp: str, workdir: Path, args, res: Results) -> None:
                 timed_move(pair, topic, 1, rate))
     finally:
         pair.stop()
+
+
+def replicated_workloads(args) -> list[Produce]:
+    """Three nodes, RF 3, min.insync.replicas 2, acks=all (idempotent), 1 KiB, uncompressed."""
+    if args.smoke:
+        return [Produce(1024, "all", 16, "none", args.records_1k, "librdkafka", replicas=3)]
+    return [Produce(1024, "all", parts, "none", args.records_1k, tool, replicas=3)
+            for parts in (1, 16) for tool in ("librdkafka", "java")]
+
+
+def replicated_round(kind: str, cp: str, workdir: Path, args, res: Results) -> None:
+    """The replicated workloads on three fresh nodes of a kind, then end-to-end latency at RF 3;
+    broker CPU is the three nodes' together."""
+    nodes = Nodes(kind, workdir, cp, 3)
+    try:
+        nodes.start()
+        for i, w in enumerate(replicated_workloads(args)):
+            log(f"{kind}: {w.name} ({w.records} records)")
+            run_produce(nodes, cp, w, f"bench-rf3-p{i}", res)
+        log(f"{kind}: latency at {args.latency_rate}/s for {args.latency_seconds}s, RF 3")
+        run_latency(nodes, cp, args.latency_rate, args.latency_seconds, res, replicas=3)
+    finally:
+        nodes.stop()
 
 
 def ssl_version() -> str:
@@ -765,6 +812,8 @@ def main() -> int:
     ap.add_argument("--move-gb", type=float, default=1.0, help="GiB in the partition the reassignment moves")
     ap.add_argument("--move-throttle-mb", type=float, default=100.0, help="MiB/s throttle of the throttled move")
     ap.add_argument("--only-move", action="store_true", help="only the partition reassignment workload")
+    ap.add_argument("--only-replicated", action="store_true",
+                    help="only the replicated round (three nodes, RF 3, acks=all produce and latency)")
     ap.add_argument("--only-txn", action="store_true", help="only the transactional workloads")
     ap.add_argument("--only-tls", action="store_true",
                     help="only the TLS round (1 KiB produce and consume over TLS, with the same produce over PLAINTEXT)")
@@ -813,6 +862,13 @@ def main() -> int:
                     shutil.rmtree(d, ignore_errors=True)
                     continue
                 if not args.only_move:
+                    log(f"round {r + 1}/{args.rounds}: {cls.name}, replicated (three nodes)")
+                    replicated_round(cls.name, cp, d, args, res)
+                    shutil.rmtree(d, ignore_errors=True)
+                    d.mkdir()
+                if args.only_replicated:
+                    continue
+                if not args.only_move:
                     log(f"round {r + 1}/{args.rounds}: {cls.name}")
                     round_for(cls, cp, d, args, res, produce)
                     shutil.rmtree(d, ignore_errors=True)
@@ -847,6 +903,7 @@ def main() -> int:
             f"rounds: {args.rounds} per broker, alternating; figures are medians; before every produce run: sync and drop clean page cache (both brokers alike)",
             "broker CPU: CPU time of the broker process during each produce run (the larger of its utime+stime difference and the sum of its threads' schedstat run time, so a run shorter than a clock tick still counts), per GB of record payload",
             f"TLS: after each round a fresh broker with an SSL listener next to the PLAINTEXT one (both brokers: ssl.keystore.type=PEM, EC P-256 server key and certificate from tests/clients/security_certs.py, ssl.client.auth=none; librdkafka with OpenSSL {ssl_version()}, security.protocol=ssl, ssl.ca.location, hostname verification on); {args.records_1k} records of 1024 B produced over TLS by rdkafka_performance (acks=1, 1 partition, no compression, the producer settings above; with --only-tls the same workload over PLAINTEXT first), then read from the beginning by rdkafka_performance -C (librdkafka's fetch defaults; timed from the first record to the last) over PLAINTEXT and over TLS; broker CPU per GB read as for produce",
+            f"replicated: three nodes of a kind on 127.0.0.1 (node 1 broker and the controller quorum, nodes 2 and 3 broker-only; Kafka with the JVM above on each), topics of replication factor 3 with min.insync.replicas=2, created and waited on until every replica is in sync; produce acks=all with idempotence ({args.records_1k} records of 1024 B, 1 and 16 partitions, uncompressed, both producers, settings above); broker CPU is the three processes' together, per GB of record payload (each GB is written three times); then the latency workload above on an RF 3 topic",
             f"reassignment: two nodes of a kind (node 1 broker and the controller quorum, node 2 broker-only; Kafka with the JVM above on each), one partition of {args.move_gb} GiB of 1 KiB records on node 1 moved to node 2 with kafka-reassign-partitions --execute, then back with --throttle {args.move_throttle_mb} MiB/s; time from launching the tool (its JVM start included, the same for both) until Metadata shows the new replica alone and in sync",
         ],
         "smoke": args.smoke,
@@ -860,7 +917,9 @@ def main() -> int:
     for r in rows:
         print(f"  {r['workload']:<45} {r['metric']:<28} {r['unit']:<10} oxbow={r['oxbow']:<12} kafka={r['kafka']:<12} ratio={r['ratio']}")
     # TLS round: 3 rows each for the TLS produce and the two consumes (+3 for the plaintext twin)
-    if broken or len(rows) < (2 if args.only_move else 5 if args.only_txn else 12 if args.only_tls else 22):
+    # replicated round: 3 rows per produce workload, 3 for latency
+    least = 2 if args.only_move else 5 if args.only_txn else 12 if args.only_tls else 6 if args.only_replicated else 28
+    if broken or len(rows) < least:
         print(f"benchmark incomplete: {len(rows)} rows, missing or non-positive values in {[(r['workload'], r['metric']) for r in broken]}")
         return 1
     return 0
