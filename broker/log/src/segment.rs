@@ -26,9 +26,7 @@ pub fn file_name(base_offset: i64, ext: &str) -> String {
 
 /// Reads exactly `len` bytes at `pos`.
 pub(crate) fn read_at(file: &File, path: &Path, pos: u64, len: usize) -> Result<Vec<u8>> {
-    let mut buf = vec![0u8; len];
-    file.read_exact_at(&mut buf, pos).map_err(LogError::io(path))?;
-    Ok(buf)
+    crate::mmap::read_exact_at(file, pos, len).map_err(LogError::io(path))
 }
 
 /// What every segment shares: the log file and what is known about its contents.

@@ -110,6 +110,7 @@ async fn shutdown_signal() {
 }
 
 fn main() -> ExitCode {
+    oxbow_server::malloc::tune();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn")))
         .with_writer(std::io::stderr)
