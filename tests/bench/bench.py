@@ -223,9 +223,11 @@ class Broker:
 class Oxbow(Broker):
     name = "oxbow"
     binary: Path = Path()
+    #: server.properties keys this run adds (the durability round's flush policy)
+    extra: dict[str, str] = {}
 
     def command(self) -> list[str]:
-        o = {**COMMON, "listeners": f"PLAINTEXT://127.0.0.1:{self.port}", "log.dirs": str(self.data)}
+        o = {**COMMON, "listeners": f"PLAINTEXT://127.0.0.1:{self.port}", "log.dirs": str(self.data), **self.extra}
         if self.certs:
             o["listeners"] += f",SSL://127.0.0.1:{self.ssl_port}"
             o.update({"listener.security.protocol.map": TLS_PROTOCOL_MAP, **tls_server_conf(self.certs)})
@@ -704,6 +706,36 @@ def move_round(kind: str, cp: str, workdir: Path, args, res: Results) -> None:
         pair.stop()
 
 
+def durability_workloads(args) -> list[Produce]:
+    """acks=all (idempotent), 1 KiB, uncompressed, both clients, 1 and 16 partitions."""
+    if args.smoke:
+        return [Produce(1024, "all", 1, "none", args.records_1k, "librdkafka")]
+    return [Produce(1024, "all", parts, "none", args.records_1k, tool) for parts in (1, 16)
+            for tool in ("librdkafka", "java")]
+
+
+def durability_round(cls, cp: str, workdir: Path, args, res: Results) -> None:
+    """Oxbow with log.flush.interval.messages=1 (an fsync before every produce is answered)
+    against Kafka with its default (no fsync policy): the same produce workloads."""
+    durable = {"log.flush.interval.messages": "1"} if cls is Oxbow else {}
+    Oxbow.extra = durable
+    b = cls(workdir, cp)
+    try:
+        b.start()
+        for i, w in enumerate(durability_workloads(args)):
+            name = f"{w.name}, Oxbow fsync per batch vs Kafka no fsync"
+            log(f"{b.name}: {name} ({w.records} records)")
+            one = Results()
+            run_produce(b, cp, w, f"bench-durable-p{i}", one)
+            for (_, metric, unit, better), v in one.values.items():
+                for value in v[b.name]:
+                    res.add(name, metric, unit, better, b.name, value)
+    finally:
+        Oxbow.extra = {}
+        b.stop()
+        b.kill()
+
+
 def replicated_workloads(args) -> list[Produce]:
     """Three nodes, RF 3, min.insync.replicas 2, acks=all (idempotent), 1 KiB, uncompressed."""
     if args.smoke:
@@ -812,6 +844,8 @@ def main() -> int:
     ap.add_argument("--move-gb", type=float, default=1.0, help="GiB in the partition the reassignment moves")
     ap.add_argument("--move-throttle-mb", type=float, default=100.0, help="MiB/s throttle of the throttled move")
     ap.add_argument("--only-move", action="store_true", help="only the partition reassignment workload")
+    ap.add_argument("--only-durability", action="store_true",
+                    help="only the durability round (Oxbow fsyncing every batch vs Kafka's default)")
     ap.add_argument("--only-replicated", action="store_true",
                     help="only the replicated round (three nodes, RF 3, acks=all produce and latency)")
     ap.add_argument("--only-txn", action="store_true", help="only the transactional workloads")
@@ -861,6 +895,13 @@ def main() -> int:
                     tls_round(cls, cp, d, certs, args, res)
                     shutil.rmtree(d, ignore_errors=True)
                     continue
+                if not args.only_move and not args.only_replicated:
+                    log(f"round {r + 1}/{args.rounds}: {cls.name}, durability (Oxbow fsyncs every batch)")
+                    durability_round(cls, cp, d, args, res)
+                    shutil.rmtree(d, ignore_errors=True)
+                    d.mkdir()
+                if args.only_durability:
+                    continue
                 if not args.only_move:
                     log(f"round {r + 1}/{args.rounds}: {cls.name}, replicated (three nodes)")
                     replicated_round(cls.name, cp, d, args, res)
@@ -903,6 +944,7 @@ def main() -> int:
             f"rounds: {args.rounds} per broker, alternating; figures are medians; before every produce run: sync and drop clean page cache (both brokers alike)",
             "broker CPU: CPU time of the broker process during each produce run (the larger of its utime+stime difference and the sum of its threads' schedstat run time, so a run shorter than a clock tick still counts), per GB of record payload",
             f"TLS: after each round a fresh broker with an SSL listener next to the PLAINTEXT one (both brokers: ssl.keystore.type=PEM, EC P-256 server key and certificate from tests/clients/security_certs.py, ssl.client.auth=none; librdkafka with OpenSSL {ssl_version()}, security.protocol=ssl, ssl.ca.location, hostname verification on); {args.records_1k} records of 1024 B produced over TLS by rdkafka_performance (acks=1, 1 partition, no compression, the producer settings above; with --only-tls the same workload over PLAINTEXT first), then read from the beginning by rdkafka_performance -C (librdkafka's fetch defaults; timed from the first record to the last) over PLAINTEXT and over TLS; broker CPU per GB read as for produce",
+            f"durability: a fresh single node of each kind, Oxbow with log.flush.interval.messages=1 (every produce batch fsynced before it is acknowledged), Kafka with its default (no fsync policy); produce acks=all with idempotence, {args.records_1k} records of 1024 B, 1 and 16 partitions, uncompressed, both producers",
             f"replicated: three nodes of a kind on 127.0.0.1 (node 1 broker and the controller quorum, nodes 2 and 3 broker-only; Kafka with the JVM above on each), topics of replication factor 3 with min.insync.replicas=2, created and waited on until every replica is in sync; produce acks=all with idempotence ({args.records_1k} records of 1024 B, 1 and 16 partitions, uncompressed, both producers, settings above); broker CPU is the three processes' together, per GB of record payload (each GB is written three times); then the latency workload above on an RF 3 topic",
             f"reassignment: two nodes of a kind (node 1 broker and the controller quorum, node 2 broker-only; Kafka with the JVM above on each), one partition of {args.move_gb} GiB of 1 KiB records on node 1 moved to node 2 with kafka-reassign-partitions --execute, then back with --throttle {args.move_throttle_mb} MiB/s; time from launching the tool (its JVM start included, the same for both) until Metadata shows the new replica alone and in sync",
         ],
@@ -918,7 +960,8 @@ def main() -> int:
         print(f"  {r['workload']:<45} {r['metric']:<28} {r['unit']:<10} oxbow={r['oxbow']:<12} kafka={r['kafka']:<12} ratio={r['ratio']}")
     # TLS round: 3 rows each for the TLS produce and the two consumes (+3 for the plaintext twin)
     # replicated round: 3 rows per produce workload, 3 for latency
-    least = 2 if args.only_move else 5 if args.only_txn else 12 if args.only_tls else 6 if args.only_replicated else 28
+    least = (2 if args.only_move else 5 if args.only_txn else 12 if args.only_tls else 6 if args.only_replicated
+             else 3 if args.only_durability else 31)
     if broken or len(rows) < least:
         print(f"benchmark incomplete: {len(rows)} rows, missing or non-positive values in {[(r['workload'], r['metric']) for r in broken]}")
         return 1
