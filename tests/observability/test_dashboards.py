@@ -171,6 +171,9 @@ def variable_queries() -> list[tuple[str, str, str, str]]:
     return out
 
 
+SCREENSHOT_QUERIES = 10  # per page of Prometheus' graph page
+
+
 def screenshots(prom: Prometheus, out: Path) -> None:
     """One PNG per dashboard: its panels' queries as graphs on Prometheus' own graph page over
     the test's last 2 minutes (the workload, then the two SIGKILLs), rendered by headless
@@ -180,17 +183,21 @@ def screenshots(prom: Prometheus, out: Path) -> None:
         pytest.fail("screenshots need Chromium: apt-get install chromium")
     out.mkdir(parents=True, exist_ok=True)
     for uid, d in dashboards().items():
-        params = {}
         exprs = [as_prometheus_runs(t["expr"]) for p in d["panels"] for t in p.get("targets", [])]
-        for i, expr in enumerate(exprs):
-            params.update({f"g{i}.expr": expr, f"g{i}.tab": "0", f"g{i}.range_input": "2m",
-                           f"g{i}.stacked": "0", f"g{i}.show_exemplars": "0"})
-        url = f"{prom.base}/graph?{urllib.parse.urlencode(params)}"
-        png = out / f"{uid}.png"
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--window-size=1280,{100 + 700 * len(exprs)}", "--virtual-time-budget=20000",
-                        f"--screenshot={png}", url], check=True, capture_output=True, timeout=120)
-        assert png.stat().st_size > 10_000, f"{png} looks empty"
+        # Prometheus 2.42's graph page reads panels g0 to g9 only (g10 on come up empty or not
+        # at all): a page per ten queries, <uid>.png, <uid>-2.png, ...
+        for page, start in enumerate(range(0, len(exprs), SCREENSHOT_QUERIES), 1):
+            chunk = exprs[start:start + SCREENSHOT_QUERIES]
+            params = {}
+            for i, expr in enumerate(chunk):
+                params.update({f"g{i}.expr": expr, f"g{i}.tab": "0", f"g{i}.range_input": "2m",
+                               f"g{i}.stacked": "0", f"g{i}.show_exemplars": "0"})
+            url = f"{prom.base}/graph?{urllib.parse.urlencode(params)}"
+            png = out / (f"{uid}.png" if page == 1 else f"{uid}-{page}.png")
+            subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                            f"--window-size=1280,{100 + 700 * len(chunk)}", "--virtual-time-budget=20000",
+                            f"--screenshot={png}", url], check=True, capture_output=True, timeout=120)
+            assert png.stat().st_size > 10_000, f"{png} looks empty"
 
 
 def dir_bytes(node_dir: Path, topic: str) -> int:
