@@ -717,9 +717,9 @@ def durability_workloads(args) -> list[Produce]:
 def durability_round(cls, cp: str, workdir: Path, args, res: Results) -> None:
     """Oxbow with log.flush.interval.messages=1 (an fsync before every produce is answered)
     against Kafka with its default (no fsync policy): the same produce workloads."""
-    durable = {"log.flush.interval.messages": "1"} if cls is Oxbow else {}
-    Oxbow.extra = durable
     b = cls(workdir, cp)
+    if isinstance(b, Oxbow):
+        b.extra = {"log.flush.interval.messages": "1"}
     try:
         b.start()
         for i, w in enumerate(durability_workloads(args)):
@@ -731,7 +731,6 @@ def durability_round(cls, cp: str, workdir: Path, args, res: Results) -> None:
                 for value in v[b.name]:
                     res.add(name, metric, unit, better, b.name, value)
     finally:
-        Oxbow.extra = {}
         b.stop()
         b.kill()
 

@@ -11,8 +11,9 @@ use crate::error::BatchError;
 
 /// How far a batch's records may inflate, in multiples of `max.message.bytes`, to be
 /// recompressed with a codec: the decompression stops there, so a batch that would inflate to
-/// gigabytes costs at most this much memory and work. An uncompressed result is bounded by
-/// `max.message.bytes` itself.
+/// gigabytes costs memory and work of this order instead (the decompressed records, up to
+/// twice their size while the vector grows, and a copy the compressor takes: a few times the
+/// bound at the peak). An uncompressed result is bounded by `max.message.bytes` itself.
 pub const MAX_INFLATION: usize = 64;
 
 fn target_codec(t: TargetCompression) -> Option<Codec> {
