@@ -87,7 +87,9 @@ pub(crate) fn decompress(codec: Codec, payload: &[u8], limit: usize) -> Result<V
 }
 
 /// `raw` (a batch's records) compressed with `codec` in the framing Kafka's clients read
-/// (snappy-java's for snappy, LZ4 frames, zstd frames, gzip).
+/// (snappy-java's for snappy, LZ4 frames, zstd frames, gzip). kafka-protocol's compressors
+/// take their input from a buffer they own, so `raw` is copied into it once; the output is
+/// handed back without a copy.
 pub(crate) fn compress(codec: Codec, raw: Vec<u8>) -> Result<Vec<u8>, String> {
     let mut out = BytesMut::new();
     let put = |b: &mut BytesMut| {
@@ -102,7 +104,7 @@ pub(crate) fn compress(codec: Codec, raw: Vec<u8>) -> Result<Vec<u8>, String> {
         Codec::Zstd => Zstd::compress(&mut out, put),
     }
     .map_err(|e| format!("cannot compress records with {codec:?}: {e}"))?;
-    Ok(out.to_vec())
+    Ok(Vec::from(out))
 }
 
 /// The snappy blocks of `payload` (snappy-java framed or one raw block) decompressed, as far as
