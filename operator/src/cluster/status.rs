@@ -106,27 +106,28 @@ pub fn observe(
     let default_replicas = if broker { cluster.spec.replicas } else { cluster.spec.controller_count() };
     let replicas = spec.and_then(|s| s.replicas).unwrap_or(default_replicas).max(0);
     let first = spec.and_then(|s| s.ordinals.as_ref()).and_then(|o| o.start).unwrap_or(0);
-    let wanted = desired::controller_ids(cluster);
-    let single = (wanted.len() == 1).then_some(wanted.start);
+    let controller_ids = desired::controller_ids(cluster);
+    let single = (controller_ids.len() == 1).then_some(controller_ids.start);
     let leader = quorum.and_then(|q| q.leader).or(single);
     // The voters as the quorum reports them (they change at runtime); the spec's until then.
     let is_voter = |ordinal: i32| match quorum.filter(|q| !q.voters.is_empty()) {
         Some(q) => q.voters.iter().any(|(id, _)| *id == ordinal),
-        None => wanted.contains(&ordinal),
+        None => controller_ids.contains(&ordinal),
     };
     let update_revision = sts.status.as_ref().and_then(|s| s.update_revision.clone());
     let template = sts.spec.as_ref().and_then(|s| s.template.metadata.as_ref()).and_then(|m| m.annotations.as_ref());
     // What the operator restarts pods for, compared on the pods themselves: right from the
     // reconcile that changes the template, before the StatefulSet controller has computed the
     // new revision (the revision until then is the old one, which old pods match).
-    let wanted: Vec<Option<&String>> = RESTART_ANNOTATIONS.iter().map(|k| template.and_then(|a| a.get(*k))).collect();
+    let restart_values: Vec<Option<&String>> =
+        RESTART_ANNOTATIONS.iter().map(|k| template.and_then(|a| a.get(*k))).collect();
     (first..first + replicas)
         .map(|ordinal| {
             let name = format!("{set}-{ordinal}");
             let pod = pods.iter().find(|p| p.name_any() == name);
             let revision = pod.and_then(|p| p.labels().get("controller-revision-hash").cloned());
             let annotations_current = pod.is_some_and(|p| {
-                RESTART_ANNOTATIONS.iter().zip(&wanted).all(|(k, want)| p.annotations().get(*k) == *want)
+                RESTART_ANNOTATIONS.iter().zip(&restart_values).all(|(k, want)| p.annotations().get(*k) == *want)
             });
             // Until the StatefulSet controller has computed its update revision, compare only
             // the annotations.
