@@ -879,47 +879,27 @@ def main() -> int:
     res = Results()
     with tempfile.TemporaryDirectory(prefix="oxbow-bench-") as tmp:
         certs = security_certs.generate(Path(tmp) / "certs")
+        # Each stage of a round: the --only-* flag that runs it alone, its label, how to run it
+        # for one kind of broker in a fresh directory. Transactions run only alone.
+        stages = [
+            ("only_txn", "transactions", lambda cls, d: txn_round(cls, cp, d, args, res)),
+            ("only_durability", "durability (Oxbow fsyncs every batch)",
+             lambda cls, d: durability_round(cls, cp, d, args, res)),
+            ("only_replicated", "replicated (three nodes)", lambda cls, d: replicated_round(cls.name, cp, d, args, res)),
+            (None, "produce, consume, latency, recovery", lambda cls, d: round_for(cls, cp, d, args, res, produce)),
+            ("only_tls", "TLS", lambda cls, d: tls_round(cls, cp, d, certs, args, res)),
+            ("only_move", "partition reassignment (two nodes)", lambda cls, d: move_round(cls.name, cp, d, args, res)),
+        ]
+        chosen = [st for st in stages if st[0] and getattr(args, st[0])] or [st for st in stages if st[0] != "only_txn"]
         for r in range(args.rounds):
             order = (Oxbow, Kafka) if r % 2 == 0 else (Kafka, Oxbow)
             for cls in order:
-                d = Path(tmp) / f"round{r}-{cls.name}"
-                d.mkdir()
-                if args.only_txn:
-                    log(f"round {r + 1}/{args.rounds}: {cls.name}, transactions")
-                    txn_round(cls, cp, d, args, res)
-                    shutil.rmtree(d, ignore_errors=True)
-                    continue
-                if args.only_tls:
-                    log(f"round {r + 1}/{args.rounds}: {cls.name}, TLS")
-                    tls_round(cls, cp, d, certs, args, res)
-                    shutil.rmtree(d, ignore_errors=True)
-                    continue
-                if not args.only_move and not args.only_replicated:
-                    log(f"round {r + 1}/{args.rounds}: {cls.name}, durability (Oxbow fsyncs every batch)")
-                    durability_round(cls, cp, d, args, res)
-                    shutil.rmtree(d, ignore_errors=True)
+                for _, label, run in chosen:
+                    d = Path(tmp) / f"round{r}-{cls.name}"
                     d.mkdir()
-                if args.only_durability:
-                    continue
-                if not args.only_move:
-                    log(f"round {r + 1}/{args.rounds}: {cls.name}, replicated (three nodes)")
-                    replicated_round(cls.name, cp, d, args, res)
+                    log(f"round {r + 1}/{args.rounds}: {cls.name}, {label}")
+                    run(cls, d)
                     shutil.rmtree(d, ignore_errors=True)
-                    d.mkdir()
-                if args.only_replicated:
-                    continue
-                if not args.only_move:
-                    log(f"round {r + 1}/{args.rounds}: {cls.name}")
-                    round_for(cls, cp, d, args, res, produce)
-                    shutil.rmtree(d, ignore_errors=True)
-                    d.mkdir()
-                    log(f"round {r + 1}/{args.rounds}: {cls.name}, TLS")
-                    tls_round(cls, cp, d, certs, args, res)
-                    shutil.rmtree(d, ignore_errors=True)
-                    d.mkdir()
-                log(f"round {r + 1}/{args.rounds}: {cls.name}, partition reassignment (two nodes)")
-                move_round(cls.name, cp, d, args, res)
-                shutil.rmtree(d, ignore_errors=True)
 
     rows = summarize(res)
     meta = {
