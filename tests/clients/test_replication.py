@@ -148,6 +148,46 @@ def test_leader_sigkilled_under_acks_all_load_loses_no_acknowledged_record(clust
     assert sorted(back) == sorted(values), "the restarted broker's copy differs"
 
 
+def test_fsync_per_batch_at_rf3_loses_nothing_when_a_leader_dies_and_every_write_becomes_visible(cluster):
+    """flush.messages=1 on an RF 3 topic of 16 partitions: the produce path appends every
+    partition of a request, then fsyncs them together outside the partitions' locks, and holds
+    the high watermark below each write until its fsync is done. Under an idempotent acks=all
+    load, with one leader SIGKILLed: nothing acknowledged is lost or doubled, everything
+    acknowledged becomes readable (no high watermark left waiting for a flush), and the surviving
+    brokers counted flushes (as leaders on the produce path, as followers in their appends)."""
+    adm = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    topic = "fsynced"
+    fut = adm.create_topics([NewTopic(topic, 16, 3, config={"min.insync.replicas": "2", "flush.messages": "1"})],
+                            operation_timeout=30)
+    fut[topic].result(timeout=40)
+    wait_until(lambda: full_isr(adm, topic, [1, 2, 3]), 30, "every partition has 3 in-sync replicas")
+    flushes_before = {n.node_id: flushes(n) for n in cluster.nodes}
+    victim = partitions(adm, topic)[0][0]
+    with Load(cluster.bootstrap(), topic) as load:
+        wait_until(lambda: len(load.acked) >= 3000, 60, "records acknowledged before the kill")
+        cluster.node(victim).kill()
+        survivors = [n for n in cluster.nodes if n.node_id != victim]
+        sadm = AdminClient({"bootstrap.servers": ",".join(n.bootstrap for n in survivors)})
+        wait_until(lambda: partitions(sadm, topic)[0][0] not in (-1, victim), 30, "partition 0 has a new leader")
+        at_kill = len(load.acked)
+        wait_until(lambda: len(load.acked) >= at_kill + 3000, 60, "records acknowledged after the kill")
+    print(f"\n{len(load.acked)} acknowledged, {len(load.failed)} failed of {load.sent} sent")
+    assert not load.failed, load.failed[:5]
+    values = consumed_values(survivors[0], topic, 16)
+    assert len(values) == len(set(values)), "duplicates (the producer is idempotent)"
+    missing = set(load.acked) - set(values)
+    assert not missing, f"{len(missing)} acknowledged records lost or not readable, e.g. {sorted(missing)[:5]}"
+    flushed = {n.node_id: flushes(n) - flushes_before[n.node_id] for n in survivors}
+    print(f"log flushes on the survivors during the load: {flushed}")
+    assert all(f > 0 for f in flushed.values()), flushed
+
+
+def flushes(node) -> float:
+    """The log flushes the node counted (oxbow_log_flushes_total on its GET /metrics)."""
+    _, _, series = scrape(f"http://{node.host}:{node.http_port}/metrics")
+    return series["oxbow_log_flushes_total"]
+
+
 def test_fenced_leader_is_replaced_from_the_isr_and_rejoins_when_back(cluster):
     adm = AdminClient({"bootstrap.servers": cluster.bootstrap()})
     create_replicated(adm, "fenced", n=6)

@@ -6,7 +6,9 @@
 //! Durability of [`Log::append`]: the batch is in the page cache (readable by fetches up to the
 //! high watermark) on return; it is on disk once the log is flushed, which happens inside
 //! `append` when `flush.messages` is reached, on `flush.ms` through [`Log::flush`], and for
-//! sealed segments through [`Log::pending_flush`]. A process crash loses nothing that was
+//! sealed segments through [`Log::pending_flush`]. With [`Flush::Owed`] an append leaves the
+//! `flush.messages` flush to its caller, outside the lock ([`Log::owed_flush`]); until it is
+//! done, the high watermark stays below what it covers. A process crash loses nothing that was
 //! written (the page cache survives it); a power cut loses what was not flushed. Recovery
 //! rescans everything after the recovery point (the last flushed offset).
 
@@ -23,7 +25,7 @@ use crate::recompress::recompress;
 use crate::segment::{self, ActiveSegment, SealedSegment, SegmentSettings, scan_log};
 
 mod flush;
-pub use flush::{flush_stats, record_flush};
+pub use flush::{Flush, OwedFlush, flush_stats, record_flush};
 mod read;
 mod txn;
 
@@ -83,6 +85,13 @@ pub struct Log {
     producers: ProducerState,
     unflushed_messages: i64,
     last_flush_ms: i64,
+    /// Set when an append reached `flush.messages` and left the flush to its caller: the first
+    /// offset that flush must cover before the high watermark may pass it.
+    owed_from: Option<i64>,
+    /// Everything below it was synced by the last flush (or was there at open).
+    flushed_end: i64,
+    /// Counts truncations: a flush planned before one no longer describes the log.
+    truncations: u64,
     /// The log cleaner's first dirty offset (compacted topics).
     cleaner_offset: i64,
     /// Leader epochs and where each starts (replication).
@@ -219,6 +228,9 @@ impl Log {
             producers: ProducerState::default(),
             unflushed_messages: 0,
             last_flush_ms: opts.now_ms,
+            owed_from: None,
+            flushed_end: leo,
+            truncations: 0,
             cleaner_offset: crate::cleaner::read_checkpoint(dir).unwrap_or(0),
             epochs: EpochCache::default(),
         };
@@ -333,7 +345,7 @@ impl Log {
             self.roll(now_ms)?;
         }
         self.active.append(&records[..end], &placed)?;
-        let records_n = self.appended(&records[..end], &placed, now_ms)?;
+        let records_n = self.appended(&records[..end], &placed, now_ms, Flush::Now)?;
         Ok(AppendResult {
             base_offset: first.base_offset,
             last_offset: last.last_offset(),
@@ -346,8 +358,15 @@ impl Log {
     }
 
     /// After batches (`placed` in `bytes`) were written: producer state and transactions, and
-    /// a flush once `flush.messages` is reached. Returns the number of records written.
-    fn appended(&mut self, bytes: &[u8], placed: &[(Range<usize>, BatchHeader)], now_ms: i64) -> Result<i64> {
+    /// a flush once `flush.messages` is reached (now, or owed by the caller). Returns the number
+    /// of records written.
+    fn appended(
+        &mut self,
+        bytes: &[u8],
+        placed: &[(Range<usize>, BatchHeader)],
+        now_ms: i64,
+        flush: Flush,
+    ) -> Result<i64> {
         // Every batch is in the log now: producer state follows all of them even if one
         // transaction index write fails, and the first failure is returned.
         let mut failed = None;
@@ -365,7 +384,12 @@ impl Log {
         };
         self.unflushed_messages += records_n;
         if self.unflushed_messages >= self.config.flush_messages {
-            self.flush(now_ms)?;
+            match (flush, placed.first()) {
+                (Flush::Owed, Some((_, first))) => {
+                    self.owed_from.get_or_insert(first.base_offset);
+                }
+                _ => self.flush(now_ms)?,
+            }
         }
         Ok(records_n)
     }
@@ -407,7 +431,9 @@ impl Log {
             None => offset,
         };
         self.active.truncate_to(cut)?;
+        self.truncations += 1;
         let leo = self.log_end_offset();
+        self.flushed_end = self.flushed_end.min(leo);
         self.epochs.truncate_from(leo, &self.dir)?;
         self.high_watermark = self.high_watermark.min(leo);
         self.recovery_point = self.recovery_point.min(leo);
@@ -415,6 +441,10 @@ impl Log {
         // A segment reopened for the cut is marked for a transaction index rebuild: the replay
         // that reloads producer state does it.
         self.load_producer_state(false, true)?;
+        if self.owed_from.is_some() {
+            // What is left of an owed flush is synced now: its caller's report no longer fits.
+            self.flush(now_ms)?;
+        }
         Ok(leo)
     }
 
@@ -444,6 +474,9 @@ impl Log {
         self.recovery_point = offset;
         self.cleaner_offset = self.cleaner_offset.min(offset);
         self.unflushed_messages = 0;
+        self.owed_from = None;
+        self.flushed_end = offset;
+        self.truncations += 1;
         tracing::info!(dir = %self.dir.display(), from = leo, to = offset, "log emptied to start again at the leader's");
         Ok(())
     }
@@ -512,19 +545,23 @@ impl Log {
 
     /// Moves the high watermark (the replication layer decides where; it never passes the log
     /// end and never goes backwards here).
+    /// Nor past an owed flush ([`Flush::Owed`]).
     pub fn set_high_watermark(&mut self, hw: i64) {
-        self.high_watermark = hw.clamp(self.high_watermark.min(self.log_end_offset()), self.log_end_offset());
+        let end = self.owed_from.unwrap_or_else(|| self.log_end_offset());
+        self.high_watermark = hw.clamp(self.high_watermark.min(end), end);
         self.producers.on_high_watermark(self.high_watermark);
     }
 
     /// Appends validated producer batches from `records` (the produce request's record set),
-    /// assigning offsets from the log end and stamping `leader_epoch`.
+    /// assigning offsets from the log end and stamping `leader_epoch`. `flush`: what to do when
+    /// `flush.messages` calls for a flush ([`Flush`]).
     pub fn append(
         &mut self,
         records: &[u8],
         batches: &[ValidBatch],
         leader_epoch: i32,
         now_ms: i64,
+        flush: Flush,
     ) -> Result<AppendResult> {
         if !self.config.log_append_time {
             for b in batches {
@@ -591,7 +628,7 @@ impl Log {
         }
         self.epochs.assign(leader_epoch, first.base_offset, &self.dir)?;
         self.active.append(&buf, &placed)?;
-        let records_n = self.appended(&buf, &placed, now_ms)?;
+        let records_n = self.appended(&buf, &placed, now_ms, flush)?;
         Ok(AppendResult {
             base_offset: first.base_offset,
             last_offset: last.last_offset(),

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use oxbow_log::batch::validate_produce;
-use oxbow_log::{Log, LogConfig, OpenOptions, ReadStart};
+use oxbow_log::{Flush, Log, LogConfig, OpenOptions, ReadStart};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -28,7 +28,7 @@ fn open(dir: &Path, config: LogConfig, clean: bool, recovery_point: i64) -> Log 
 fn append(log: &mut Log, n: i64, ts0: i64, payload: usize) -> i64 {
     let b = batch(n, ts0, payload);
     let v = validate_produce(&b, 1 << 20).expect("valid");
-    let r = log.append(&b, &v, 0, ts0).expect("append");
+    let r = log.append(&b, &v, 0, ts0, Flush::Now).expect("append");
     log.set_high_watermark(log.log_end_offset());
     r.base_offset
 }
@@ -292,6 +292,65 @@ fn after_a_crash_only_segments_past_the_recovery_point_are_rescanned() -> R {
     Ok(())
 }
 
+/// `flush.messages=1` with `Flush::Owed` (the produce path): the high watermark stays below an append
+/// until its owed flush is reported; flushes planned earlier, or before a truncation, do not
+/// move it; appends that do not reach `flush.messages` owe nothing.
+#[test]
+fn an_owed_flush_holds_the_high_watermark_until_it_is_done() -> R {
+    let d = tempfile::tempdir()?;
+    let config = LogConfig { flush_messages: 1, ..small() };
+    let mut log = open(d.path(), config, true, 0);
+    let owe = |log: &mut Log, n: i64| {
+        let b = batch(n, 0, 100);
+        let v = validate_produce(&b, 1 << 20).expect("valid");
+        log.append(&b, &v, 0, 0, Flush::Owed).expect("append");
+        log.set_high_watermark(log.log_end_offset());
+    };
+    owe(&mut log, 5);
+    assert_eq!((log.log_end_offset(), log.high_watermark()), (5, 0));
+    let first = log.owed_flush()?.expect("a flush is owed");
+    assert_eq!(first.upto, 5);
+    // A second append before the first flush is done: it plans its own, covering both.
+    owe(&mut log, 3);
+    let second = log.owed_flush()?.expect("still owed");
+    assert_eq!(second.upto, 8);
+    second.sync()?;
+    log.flushed(&second, 0);
+    log.set_high_watermark(log.log_end_offset());
+    assert_eq!((log.high_watermark(), log.recovery_point()), (8, 8));
+    assert!(log.owed_flush()?.is_none());
+    // The first flush, done last, changes nothing.
+    first.sync()?;
+    log.flushed(&first, 0);
+    assert_eq!((log.high_watermark(), log.recovery_point()), (8, 8));
+
+    // Done while later appends wait: the high watermark passes what it covers, not them.
+    owe(&mut log, 2);
+    let third = log.owed_flush()?.expect("owed");
+    owe(&mut log, 2);
+    third.sync()?;
+    log.flushed(&third, 0);
+    log.set_high_watermark(log.log_end_offset());
+    assert_eq!((log.log_end_offset(), log.high_watermark()), (12, 10));
+    // A truncation syncs what is left and voids flushes planned before it.
+    let stale = log.owed_flush()?.expect("owed");
+    assert_eq!(log.truncate_to(10, 0)?, 10);
+    assert!(log.owed_flush()?.is_none());
+    owe(&mut log, 4);
+    stale.sync()?;
+    log.flushed(&stale, 0);
+    log.set_high_watermark(log.log_end_offset());
+    assert_eq!((log.log_end_offset(), log.high_watermark()), (14, 10));
+
+    // Without flush.messages nothing is owed and the high watermark follows the log end.
+    let d2 = tempfile::tempdir()?;
+    let mut log = open(d2.path(), small(), true, 0);
+    owe(&mut log, 5);
+    assert!(log.owed_flush()?.is_none());
+    assert_eq!(log.high_watermark(), 5);
+    Ok(())
+}
+
 /// Base offsets of the producer snapshots in `dir`.
 fn snapshots(dir: &Path) -> Vec<i64> {
     let mut v: Vec<i64> = std::fs::read_dir(dir)
@@ -312,7 +371,7 @@ fn snapshots_recovery_needs_are_kept_until_the_recovery_point_is_checkpointed() 
     let produce = |log: &mut Log, seq: i32| {
         let b = oxbow_log::testing::batch(2, 0, 0, Compression::None, Some((7, 0, seq)));
         let v = validate_produce(&b, 1 << 20).expect("valid");
-        log.append(&b, &v, 0, 0).expect("append")
+        log.append(&b, &v, 0, 0, Flush::Now).expect("append")
     };
     produce(&mut log, 0); // 0..=1
     log.roll(0)?; // snapshot 2
@@ -387,7 +446,7 @@ fn keyed(entries: &[(&str, Option<&str>)], ts: i64, compression: Compression) ->
 fn append_keyed(log: &mut Log, entries: &[(&str, Option<&str>)], ts: i64, compression: Compression) {
     let b = keyed(entries, ts, compression);
     let v = validate_produce(&b, 1 << 20).expect("valid");
-    log.append(&b, &v, 0, ts).expect("append");
+    log.append(&b, &v, 0, ts, Flush::Now).expect("append");
     log.set_high_watermark(log.log_end_offset());
 }
 
@@ -562,7 +621,7 @@ fn leader_and_follower(ld: &Path, fd: &Path) -> Result<(Log, Log), Box<dyn std::
 fn append_epoch(log: &mut Log, n: i64, ts0: i64, epoch: i32) {
     let b = batch(n, ts0, 100);
     let v = validate_produce(&b, 1 << 20).expect("valid");
-    log.append(&b, &v, epoch, ts0).expect("append");
+    log.append(&b, &v, epoch, ts0, Flush::Now).expect("append");
 }
 
 #[test]

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use oxbow_log::batch::ValidBatch;
-use oxbow_log::{AppendResult, Log, LogConfig, ReadStart};
+use oxbow_log::{AppendResult, Flush, Log, LogConfig, ReadStart};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
@@ -250,15 +250,30 @@ impl Partition {
         }
     }
 
-    /// Appends validated batches. `min_insync`: for acks=all, the ISR must be at least this big.
-    pub fn append(
-        &self,
-        records: &[u8],
-        batches: &[ValidBatch],
-        min_insync: Option<i32>,
-        now_ms: i64,
-    ) -> Result<AppendResult, BrokerError> {
-        self.append_checked(records, batches, min_insync, now_ms, None)
+    /// Syncs what appends left owed ([`Flush::Owed`]) on the blocking pool,
+    /// without holding the partition, then lets the high watermark pass it. Nothing owed:
+    /// returns at once. The flushes of a request's partitions run side by side, and the
+    /// connection's next request appends meanwhile (docs/benchmarks.md, Durability, has the
+    /// variants measured).
+    pub async fn flush_owed(&self) -> Result<(), BrokerError> {
+        let Some(owed) = self.with(|i| Ok(i.log.owed_flush()?))? else {
+            return Ok(());
+        };
+        let synced = tokio::task::spawn_blocking(move || owed.sync().map(|()| owed)).await;
+        let owed = match synced {
+            Ok(Ok(owed)) => owed,
+            Ok(Err(e)) => {
+                tracing::error!(topic = %self.topic, partition = self.index, error = %e, "log flush failed");
+                return Err(BrokerError::Storage(format!("log flush failed: {e}")));
+            }
+            Err(e) => return Err(BrokerError::Storage(format!("log flush did not run: {e}"))),
+        };
+        let hw = self.with(|i| {
+            i.log.flushed(&owed, crate::clock::now_ms());
+            Ok(self.advance_hw(i))
+        })?;
+        self.publish(hw.0, hw.1);
+        Ok(())
     }
 
     /// Leader: before the first transactional batch of `producer_id`'s transaction, a guard to
@@ -294,27 +309,19 @@ impl Partition {
         self.with(|i| Ok(i.log.producer_state().next_sequence(producer_id, epoch)))
     }
 
-    /// Appends a transactional producer's batches. With `guard` (verification is on), a batch
-    /// that would open a transaction here needs the guard still in place: a marker in between
-    /// voids it (INVALID_TXN_STATE, as Kafka's `batchMissingRequiredVerification`).
-    pub fn append_transactional(
-        &self,
-        records: &[u8],
-        batches: &[ValidBatch],
-        min_insync: Option<i32>,
-        now_ms: i64,
-        txn: TxnWrite,
-    ) -> Result<AppendResult, BrokerError> {
-        self.append_checked(records, batches, min_insync, now_ms, Some(txn))
-    }
-
-    fn append_checked(
+    /// Appends a producer's validated batches. `min_insync`: for acks=all, the ISR must be at
+    /// least this big. `txn`: a transactional producer's; with a `guard` (verification is on), a
+    /// batch that would open a transaction here needs the guard still in place: a marker in
+    /// between voids it (INVALID_TXN_STATE, as Kafka's `batchMissingRequiredVerification`).
+    /// `flush`: with [`Flush::Owed`] the caller then calls [`Partition::flush_owed`].
+    pub fn append(
         &self,
         records: &[u8],
         batches: &[ValidBatch],
         min_insync: Option<i32>,
         now_ms: i64,
         txn: Option<TxnWrite>,
+        flush: Flush,
     ) -> Result<AppendResult, BrokerError> {
         let (result, hw) = self.with(|i| {
             i.check_leader(self.node, &self.topic, self.index)?;
@@ -327,7 +334,7 @@ impl Partition {
                 return Err(BrokerError::InvalidTxnState("Record was not part of an ongoing transaction".into()));
             }
             let epoch = i.replica.leader_epoch;
-            let r = i.log.append(records, batches, epoch, now_ms)?;
+            let r = i.log.append(records, batches, epoch, now_ms, flush)?;
             if let Some(t) = txn {
                 i.verifications.batch_appended(t.producer_id);
             }

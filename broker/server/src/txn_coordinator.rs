@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use oxbow_log::ReadStart;
 use oxbow_log::batch::{BatchIter, encode_plain, validate_produce};
+use oxbow_log::{Flush, ReadStart};
 use oxbow_protocol::records::{Compression, RecordBatchDecoder};
 use oxbow_txn::shard::TRANSACTION_STATE_TOPIC;
 use oxbow_txn::{Answer, Command, Ticket, TxnError, TxnMetadata, TxnShard, TxnState, Write, partition_for};
@@ -401,7 +401,7 @@ impl TxnCoordinator {
         let topic = self.view.topic(TRANSACTION_STATE_TOPIC).ok_or_else(|| BrokerError::unknown_topic(false))?;
         let batches = validate_produce(&bytes, topic.log_config.max_message_bytes)?;
         let fsync = topic.log_config.flush_messages != i64::MAX;
-        let append = || slot.partition.append(&bytes, &batches, Some(topic.min_insync), now);
+        let append = || slot.partition.append(&bytes, &batches, Some(topic.min_insync), now, None, Flush::Now);
         let r = if fsync { tokio::task::block_in_place(append) } else { append() }?;
         Ok(r.last_offset + 1)
     }

@@ -29,6 +29,42 @@ pub fn flush_stats() -> (u64, u64) {
     (FLUSHES.load(Ordering::Relaxed), FLUSH_MICROS.load(Ordering::Relaxed))
 }
 
+/// What an append does when `flush.messages` calls for a flush.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// Flush inside the append, under the caller's lock (followers, markers, the coordinators'
+    /// own writes).
+    Now,
+    /// Leave it to the caller (the produce path): it takes [`Log::owed_flush`], syncs the
+    /// files without holding the log, and reports [`Log::flushed`]. Until then the high
+    /// watermark stays below the append, so that no consumer reads what a power cut could take
+    /// back (as when the append flushes itself); the appends of many partitions, and of
+    /// requests in flight together, then sync side by side.
+    Owed,
+}
+
+/// A flush an append left to its caller ([`Flush::Owed`]): sync `files`, then report
+/// [`Log::flushed`].
+#[derive(Debug)]
+pub struct OwedFlush {
+    pub files: Vec<Arc<File>>,
+    /// The log end the files hold everything below.
+    pub upto: i64,
+    truncations: u64,
+}
+
+impl OwedFlush {
+    /// Syncs the files (blocking; without the log's lock). Counted as one log flush.
+    pub fn sync(&self) -> std::io::Result<()> {
+        let started = Instant::now();
+        for f in &self.files {
+            f.sync_data()?;
+        }
+        record_flush(started.elapsed());
+        Ok(())
+    }
+}
+
 impl Log {
     /// Whether `flush.ms` says the log is due for a flush.
     pub fn flush_due(&self, now_ms: i64) -> bool {
@@ -50,7 +86,42 @@ impl Log {
         self.unflushed_messages = 0;
         self.last_flush_ms = now_ms;
         self.recovery_point = self.log_end_offset().min(self.txn_rebuild_floor());
+        self.flushed_end = self.log_end_offset();
+        self.owed_from = None;
         Ok(())
+    }
+
+    /// The flush an append left owed ([`Flush::Owed`]), if one is: every file
+    /// written since the last flush, and the log end it covers. The caller syncs the files
+    /// without holding the log, then reports [`Log::flushed`]. The active segment's
+    /// transaction index (written only by markers, which flush themselves) is synced here.
+    pub fn owed_flush(&mut self) -> Result<Option<OwedFlush>> {
+        if self.owed_from.is_none() {
+            return Ok(None);
+        }
+        self.active.core.txn_index.sync()?;
+        let sealed = self.sealed.values().filter(|s| !s.flushed).flat_map(|s| s.unsynced_files());
+        let files = sealed.chain(std::iter::once(self.active.core.file.clone())).collect();
+        Ok(Some(OwedFlush { files, upto: self.log_end_offset(), truncations: self.truncations }))
+    }
+
+    /// The files of `done` were synced: everything below its end is on disk. The high
+    /// watermark may then pass it (the caller moves it). A flush planned before a truncation,
+    /// or overtaken by a later one, changes nothing.
+    pub fn flushed(&mut self, done: &OwedFlush, now_ms: i64) {
+        if done.truncations != self.truncations || done.upto <= self.flushed_end {
+            return;
+        }
+        self.mark_flushed(done.upto);
+        self.flushed_end = done.upto;
+        self.last_flush_ms = now_ms;
+        let leo = self.log_end_offset();
+        self.unflushed_messages = (leo - done.upto).max(0);
+        self.owed_from = match self.owed_from {
+            // Appends after the plan owe the rest; each of their callers flushes it.
+            Some(from) if leo > done.upto => Some(from.max(done.upto)),
+            _ => None,
+        };
     }
 
     /// The base offset of the first segment whose transaction index must be rebuilt from the

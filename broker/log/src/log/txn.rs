@@ -92,7 +92,7 @@ impl Log {
         self.epochs.assign(leader_epoch, offset, &self.dir)?;
         let placed = [(0..buf.len(), h)];
         self.active.append(&buf, &placed)?;
-        let records = self.appended(&buf, &placed, now_ms)?;
+        let records = self.appended(&buf, &placed, now_ms, super::Flush::Now)?;
         Ok(AppendResult {
             base_offset: offset,
             last_offset: offset,

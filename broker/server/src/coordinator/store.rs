@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use oxbow_group::{GroupError, Shard, Write};
-use oxbow_log::ReadStart;
 use oxbow_log::batch::{BatchIter, BatchProducer, encode_plain, encode_transactional, validate_produce};
+use oxbow_log::{Flush, ReadStart};
 use oxbow_protocol::records::{Compression, RecordBatchDecoder};
 use tokio::sync::OwnedMutexGuard;
 
@@ -231,10 +231,7 @@ impl Coordinator {
             GroupError::InvalidCommitOffsetSize
         })?;
         let fsync = topic.log_config.flush_messages != i64::MAX;
-        let append = || match txn {
-            None => slot.partition.append(&bytes, &batches, Some(topic.min_insync), now),
-            Some(t) => slot.partition.append_transactional(&bytes, &batches, Some(topic.min_insync), now, t),
-        };
+        let append = || slot.partition.append(&bytes, &batches, Some(topic.min_insync), now, txn, Flush::Now);
         let result = if fsync { tokio::task::block_in_place(append) } else { append() };
         let r = result.map_err(|e| store_error(&e))?;
         st.last_written = st.last_written.max(r.last_offset + 1);

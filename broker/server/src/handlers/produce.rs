@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use opentelemetry::KeyValue;
+use oxbow_log::Flush;
 use oxbow_log::batch::{ValidBatch, validate_produce};
 use oxbow_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use oxbow_protocol::messages::{ProduceRequest, ProduceResponse};
@@ -187,17 +188,13 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
     }
     verify(ctx, &req, &mut ready, &mut resp).await;
     let mut pending: Vec<Pending> = Vec::new();
+    // Partitions whose topic flushes per `flush.messages`: synced together once all are appended.
+    let mut flushes: Vec<(usize, usize, Arc<Partition>)> = Vec::new();
     let mut appended = 0u64;
     for r in ready {
         let slot = &mut resp.responses[r.topic_slot].partition_responses[r.resp_index];
         let min_insync = (acks == -1).then_some(r.topic.min_insync);
-        let fsync = r.topic.log_config.flush_messages != i64::MAX;
-        let append = || match r.txn {
-            Some(t) => r.partition.append_transactional(&r.records, &r.batches, min_insync, now, t),
-            None => r.partition.append(&r.records, &r.batches, min_insync, now),
-        };
-        let result = if fsync { tokio::task::block_in_place(append) } else { append() };
-        match result {
+        match r.partition.append(&r.records, &r.batches, min_insync, now, r.txn, Flush::Owed) {
             Ok(a) => {
                 appended += a.records as u64;
                 b.stats.produced(a.records as u64, a.bytes as u64);
@@ -208,6 +205,9 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
                 pr.log_append_time_ms = a.log_append_time;
                 pr.log_start_offset = a.log_start_offset;
                 *slot = pr;
+                if r.topic.log_config.flush_messages != i64::MAX {
+                    flushes.push((r.topic_slot, r.resp_index, r.partition.clone()));
+                }
                 if acks == -1 {
                     pending.push(Pending {
                         topic: r.topic_slot,
@@ -233,11 +233,25 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
     }
     ctx.trace.set(|| KeyValue::new("messaging.batch.message_count", appended as i64));
     ctx.trace.set(|| KeyValue::new("kafka.acks", i64::from(acks)));
+    // Every append is done: the connection's next request may start while this one waits.
+    ctx.applied.fire();
+    // Owed flushes run side by side, outside the partitions' locks; the answer (and, through
+    // the high watermark, every reader) waits for them.
+    let flush = if flushes.is_empty() { Span::default() } else { ctx.trace.child("log flush") };
+    flush.set(|| KeyValue::new("oxbow.partitions", flushes.len() as i64));
+    let synced = futures_util::future::join_all(flushes.iter().map(|(.., p)| p.flush_owed())).await;
+    for ((topic, index, _), r) in flushes.iter().zip(synced) {
+        if let Err(e) = r {
+            flush.fail(|| e.to_string());
+            let slot = &mut resp.responses[*topic].partition_responses[*index];
+            *slot = partition_error(slot.index, &e);
+            pending.retain(|p| (p.topic, p.resp_index) != (*topic, *index));
+        }
+    }
+    drop(flush);
     if acks == 0 {
         return None;
     }
-    // Every append is done: the connection's next request may start while this one waits.
-    ctx.applied.fire();
     // acks=all: wait until the ISR has every write (immediate with one replica). The request's
     // timeout is one deadline for all its partitions, as in Kafka's produce purgatory.
     let deadline = Instant::now() + Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));

@@ -372,12 +372,14 @@ async fn a_replica_that_no_longer_leads_refuses_writes_before_its_view_says_so()
     part.set_replica(follower_state(ME, 1), 0);
     let records = batch(-1, 0, 2);
     let batches = oxbow_log::batch::validate_produce(&records, usize::MAX).unwrap();
-    part.append(&records, &batches, None, 0).expect("the leader takes a write");
+    part.append(&records, &batches, None, 0, None, oxbow_log::Flush::Now).expect("the leader takes a write");
     assert_eq!(log_end(&part), 7);
     // A new image made LEADER the leader; a request routed by the view from before still
     // reaches this partition.
     part.set_replica(follower_state(LEADER, 2), 0);
-    let e = part.append(&records, &batches, None, 0).expect_err("a follower takes no client write");
+    let e = part
+        .append(&records, &batches, None, 0, None, oxbow_log::Flush::Now)
+        .expect_err("a follower takes no client write");
     assert!(matches!(e, BrokerError::NotLeader(_)), "{e:?}");
     assert_eq!(log_end(&part), 7);
 }

@@ -35,7 +35,7 @@ pub(super) fn hand_rolled() -> LogConfig {
 
 pub(super) fn produce(log: &mut Log, b: &[u8]) -> Result<AppendResult, LogError> {
     let v = validate_produce(b, 1 << 20)?;
-    log.append(b, &v, 0, 0)
+    log.append(b, &v, 0, 0, crate::log::Flush::Now)
 }
 
 /// A transactional batch of `n` records from producer `pid`.
