@@ -68,6 +68,9 @@ pub struct AppendResult {
     pub duplicate: bool,
     pub records: i64,
     pub bytes: usize,
+    /// A flush is owed ([`Flush::Owed`]): by this append, or by one before it whose flush is
+    /// not done yet (a duplicate's original, say). The caller flushes before it answers.
+    pub flush_owed: bool,
 }
 
 pub struct Log {
@@ -240,6 +243,12 @@ impl Log {
         if !opts.clean_shutdown || replayed {
             log.write_producer_snapshot(leo)?;
         }
+        if log.config.flush_messages != i64::MAX && log.recovery_point < leo {
+            // After a crash the tail past the recovery point may be in the page cache only
+            // (appends whose flush was owed when the process died): a log that flushes per
+            // `flush.messages` syncs it before anything can be read from it.
+            log.flush(opts.now_ms)?;
+        }
         Ok((log, report))
     }
 
@@ -330,6 +339,7 @@ impl Log {
                 duplicate: false,
                 records: 0,
                 bytes: 0,
+                flush_owed: false,
             });
         };
         for (_, h) in &placed {
@@ -354,6 +364,7 @@ impl Log {
             duplicate: false,
             records: records_n,
             bytes: end,
+            flush_owed: false,
         })
     }
 
@@ -581,6 +592,7 @@ impl Log {
                         duplicate: true,
                         records: 0,
                         bytes: 0,
+                        flush_owed: flush == Flush::Owed && self.owed_from.is_some(),
                     });
                 }
             }
@@ -637,6 +649,7 @@ impl Log {
             duplicate: false,
             records: records_n,
             bytes: buf.len(),
+            flush_owed: flush == Flush::Owed && self.owed_from.is_some(),
         })
     }
 

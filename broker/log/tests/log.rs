@@ -303,15 +303,16 @@ fn an_owed_flush_holds_the_high_watermark_until_it_is_done() -> R {
     let owe = |log: &mut Log, n: i64| {
         let b = batch(n, 0, 100);
         let v = validate_produce(&b, 1 << 20).expect("valid");
-        log.append(&b, &v, 0, 0, Flush::Owed).expect("append");
+        let owed = log.append(&b, &v, 0, 0, Flush::Owed).expect("append").flush_owed;
         log.set_high_watermark(log.log_end_offset());
+        owed
     };
-    owe(&mut log, 5);
+    assert!(owe(&mut log, 5), "the append says it owes a flush");
     assert_eq!((log.log_end_offset(), log.high_watermark()), (5, 0));
     let first = log.owed_flush()?.expect("a flush is owed");
     assert_eq!(first.upto, 5);
     // A second append before the first flush is done: it plans its own, covering both.
-    owe(&mut log, 3);
+    assert!(owe(&mut log, 3));
     let second = log.owed_flush()?.expect("still owed");
     assert_eq!(second.upto, 8);
     second.sync()?;
@@ -342,10 +343,16 @@ fn an_owed_flush_holds_the_high_watermark_until_it_is_done() -> R {
     log.set_high_watermark(log.log_end_offset());
     assert_eq!((log.log_end_offset(), log.high_watermark()), (14, 10));
 
+    // A crash with a flush owed: the reopened log syncs its tail before anything reads it.
+    assert!(log.owed_flush()?.is_some());
+    drop(log);
+    let (log, _) = Log::open(d.path(), LogConfig { flush_messages: 1, ..small() }, opts(false, 8))?;
+    assert_eq!((log.log_end_offset(), log.recovery_point()), (14, 14));
+
     // Without flush.messages nothing is owed and the high watermark follows the log end.
     let d2 = tempfile::tempdir()?;
     let mut log = open(d2.path(), small(), true, 0);
-    owe(&mut log, 5);
+    assert!(!owe(&mut log, 5));
     assert!(log.owed_flush()?.is_none());
     assert_eq!(log.high_watermark(), 5);
     Ok(())

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use oxbow_log::batch::ValidBatch;
+use oxbow_log::log::OwedFlush;
 use oxbow_log::{AppendResult, Flush, Log, LogConfig, ReadStart};
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -250,29 +251,49 @@ impl Partition {
         }
     }
 
-    /// Syncs what appends left owed ([`Flush::Owed`]) on the blocking pool,
-    /// without holding the partition, then lets the high watermark pass it. Nothing owed:
-    /// returns at once. The flushes of a request's partitions run side by side, and the
-    /// connection's next request appends meanwhile (docs/benchmarks.md, Durability, has the
-    /// variants measured).
-    pub async fn flush_owed(&self) -> Result<(), BrokerError> {
+    /// Syncs what appends left owed ([`Flush::Owed`]) on the blocking pool, without holding
+    /// the partition, then lets the high watermark pass it. Nothing owed: returns at once. The
+    /// flushes of a request's partitions run side by side, and the connection's next request
+    /// appends meanwhile (docs/benchmarks.md, Durability, has the variants measured). The sync
+    /// and its report run to the end even if the caller is dropped (its connection closed),
+    /// so that no owed flush is left behind holding the high watermark.
+    pub async fn flush_owed(self: &Arc<Self>) -> Result<(), BrokerError> {
         let Some(owed) = self.with(|i| Ok(i.log.owed_flush()?))? else {
             return Ok(());
         };
-        let synced = tokio::task::spawn_blocking(move || owed.sync().map(|()| owed)).await;
-        let owed = match synced {
-            Ok(Ok(owed)) => owed,
-            Ok(Err(e)) => {
-                tracing::error!(topic = %self.topic, partition = self.index, error = %e, "log flush failed");
-                return Err(BrokerError::Storage(format!("log flush failed: {e}")));
-            }
-            Err(e) => return Err(BrokerError::Storage(format!("log flush did not run: {e}"))),
-        };
+        let p = Arc::clone(self);
+        match tokio::task::spawn_blocking(move || p.complete_flush(&owed)).await {
+            Ok(r) => r,
+            Err(e) => Err(BrokerError::Storage(format!("log flush did not run: {e}"))),
+        }
+    }
+
+    fn complete_flush(&self, owed: &OwedFlush) -> Result<(), BrokerError> {
+        if let Err(e) = owed.sync() {
+            tracing::error!(topic = %self.topic, partition = self.index, error = %e, "log flush failed");
+            return Err(BrokerError::Storage(format!("log flush failed: {e}")));
+        }
         let hw = self.with(|i| {
-            i.log.flushed(&owed, crate::clock::now_ms());
+            i.log.flushed(owed, crate::clock::now_ms());
             Ok(self.advance_hw(i))
         })?;
         self.publish(hw.0, hw.1);
+        Ok(())
+    }
+
+    /// The background flush: flushes the log if `flush.ms` says it is due, or if a flush has
+    /// been owed for `stale_ms` (its sync failed), and lets the high watermark follow. A
+    /// partition whose log was taken out has nothing to flush.
+    pub fn flush_if_due(&self, now_ms: i64, stale_ms: i64) -> Result<(), oxbow_log::LogError> {
+        let mut g = self.inner.lock();
+        let Some(i) = g.as_mut() else { return Ok(()) };
+        if !(i.log.flush_due(now_ms) || i.log.owed_flush_stale(now_ms, stale_ms)) {
+            return Ok(());
+        }
+        i.log.flush(now_ms)?;
+        let (hw, leo) = self.advance_hw(i);
+        drop(g);
+        self.publish(hw, leo);
         Ok(())
     }
 

@@ -48,11 +48,14 @@ pub fn retention_pass(broker: &Broker) {
     }
 }
 
-/// `flush.ms` flushes, and background syncs of sealed segments (outside the partition lock).
+/// `flush.ms` flushes (and owed flushes whose sync failed), and background syncs of sealed
+/// segments (outside the partition lock).
 pub fn flush_pass(broker: &Broker) {
     let now = now_ms();
+    // An owed flush older than one pass is one whose sync failed.
+    let stale_ms = i64::try_from(broker.config.flush_scheduler_interval_ms).unwrap_or(i64::MAX);
     for p in broker.all_partitions() {
-        if let Ok(Err(e)) = p.with_log(|l| if l.flush_due(now) { l.flush(now) } else { Ok(()) }) {
+        if let Err(e) = p.flush_if_due(now, stale_ms) {
             tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush failed");
         }
         if let Ok(Some((files, upto))) = p.with_log(|l| l.pending_flush()) {

@@ -91,6 +91,12 @@ impl Log {
         Ok(())
     }
 
+    /// Whether an append left a flush owed that no flush has covered for `after_ms` (its
+    /// caller's sync failed; one in flight is normally done well within that).
+    pub fn owed_flush_stale(&self, now_ms: i64, after_ms: i64) -> bool {
+        self.owed_from.is_some() && now_ms - self.last_flush_ms >= after_ms
+    }
+
     /// The flush an append left owed ([`Flush::Owed`]), if one is: every file
     /// written since the last flush, and the log end it covers. The caller syncs the files
     /// without holding the log, then reports [`Log::flushed`]. The active segment's

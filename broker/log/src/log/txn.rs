@@ -101,6 +101,7 @@ impl Log {
             duplicate: false,
             records,
             bytes: buf.len(),
+            flush_owed: false,
         })
     }
 

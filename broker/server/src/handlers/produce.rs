@@ -188,7 +188,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
     }
     verify(ctx, &req, &mut ready, &mut resp).await;
     let mut pending: Vec<Pending> = Vec::new();
-    // Partitions whose topic flushes per `flush.messages`: synced together once all are appended.
+    // Partitions that owe a `flush.messages` flush: synced together once all are appended.
     let mut flushes: Vec<(usize, usize, Arc<Partition>)> = Vec::new();
     let mut appended = 0u64;
     for r in ready {
@@ -205,7 +205,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
                 pr.log_append_time_ms = a.log_append_time;
                 pr.log_start_offset = a.log_start_offset;
                 *slot = pr;
-                if r.topic.log_config.flush_messages != i64::MAX {
+                if a.flush_owed {
                     flushes.push((r.topic_slot, r.resp_index, r.partition.clone()));
                 }
                 if acks == -1 {
