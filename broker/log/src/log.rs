@@ -25,7 +25,7 @@ use crate::recompress::recompress;
 use crate::segment::{self, ActiveSegment, SealedSegment, SegmentSettings, scan_log};
 
 mod flush;
-pub use flush::{Flush, OwedFlush, flush_stats, record_flush};
+pub use flush::{Flush, PlannedFlush, flush_stats, record_flush};
 mod read;
 mod txn;
 
@@ -91,6 +91,8 @@ pub struct Log {
     /// Set when an append reached `flush.messages` and left the flush to its caller: the first
     /// offset that flush must cover before the high watermark may pass it.
     owed_from: Option<i64>,
+    /// When the owed flush began, or last moved on (a flush covered part of it).
+    owed_since_ms: i64,
     /// Everything below it was synced by the last flush (or was there at open).
     flushed_end: i64,
     /// Counts truncations: a flush planned before one no longer describes the log.
@@ -232,6 +234,7 @@ impl Log {
             unflushed_messages: 0,
             last_flush_ms: opts.now_ms,
             owed_from: None,
+            owed_since_ms: opts.now_ms,
             flushed_end: leo,
             truncations: 0,
             cleaner_offset: crate::cleaner::read_checkpoint(dir).unwrap_or(0),
@@ -397,7 +400,10 @@ impl Log {
         if self.unflushed_messages >= self.config.flush_messages {
             match (flush, placed.first()) {
                 (Flush::Owed, Some((_, first))) => {
-                    self.owed_from.get_or_insert(first.base_offset);
+                    if self.owed_from.is_none() {
+                        self.owed_from = Some(first.base_offset);
+                        self.owed_since_ms = now_ms;
+                    }
                 }
                 _ => self.flush(now_ms)?,
             }

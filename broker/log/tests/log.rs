@@ -358,6 +358,34 @@ fn an_owed_flush_holds_the_high_watermark_until_it_is_done() -> R {
     Ok(())
 }
 
+#[test]
+fn a_background_sync_planned_before_a_truncation_marks_nothing_synced() -> R {
+    let d = tempfile::tempdir()?;
+    let mut log = open(d.path(), small(), true, 0);
+    append(&mut log, 4, 0, 100);
+    log.roll(0)?; // sealed [0, 4)
+    append(&mut log, 4, 0, 100);
+    log.roll(0)?; // sealed [4, 8)
+    let rp = log.recovery_point();
+    let plan = log.pending_flush().expect("two sealed segments to sync");
+    assert_eq!(plan.upto, 8);
+    // Meanwhile the log is cut back to the second segment's base and grows a new sealed
+    // segment below the plan's end, which the plan's files do not hold.
+    assert_eq!(log.truncate_to(4, 0)?, 4);
+    append(&mut log, 3, 0, 100);
+    log.roll(0)?; // sealed [4, 7)
+    plan.sync()?;
+    log.flushed(&plan, 0);
+    assert_eq!(log.recovery_point(), rp, "the stale plan moved the recovery point past unsynced data");
+    let again = log.pending_flush().expect("the new segment still needs its sync");
+    assert_eq!(again.upto, 7);
+    again.sync()?;
+    log.flushed(&again, 0);
+    assert!(log.pending_flush().is_none());
+    assert_eq!(log.recovery_point(), 7);
+    Ok(())
+}
+
 /// Base offsets of the producer snapshots in `dir`.
 fn snapshots(dir: &Path) -> Vec<i64> {
     let mut v: Vec<i64> = std::fs::read_dir(dir)

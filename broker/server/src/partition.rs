@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use oxbow_log::batch::ValidBatch;
-use oxbow_log::log::OwedFlush;
+use oxbow_log::log::PlannedFlush;
 use oxbow_log::{AppendResult, Flush, Log, LogConfig, ReadStart};
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -268,7 +268,7 @@ impl Partition {
         }
     }
 
-    fn complete_flush(&self, owed: &OwedFlush) -> Result<(), BrokerError> {
+    fn complete_flush(&self, owed: &PlannedFlush) -> Result<(), BrokerError> {
         if let Err(e) = owed.sync() {
             tracing::error!(topic = %self.topic, partition = self.index, error = %e, "log flush failed");
             return Err(BrokerError::Storage(format!("log flush failed: {e}")));
@@ -334,7 +334,9 @@ impl Partition {
     /// least this big. `txn`: a transactional producer's; with a `guard` (verification is on), a
     /// batch that would open a transaction here needs the guard still in place: a marker in
     /// between voids it (INVALID_TXN_STATE, as Kafka's `batchMissingRequiredVerification`).
-    /// `flush`: with [`Flush::Owed`] the caller then calls [`Partition::flush_owed`].
+    /// `flush`: with [`Flush::Owed`] the caller then calls [`Partition::flush_owed`]; with
+    /// [`Flush::Now`] and `flush.messages` set the append may fsync, and runs where the async
+    /// runtime allows blocking.
     pub fn append(
         &self,
         records: &[u8],
@@ -344,25 +346,29 @@ impl Partition {
         txn: Option<TxnWrite>,
         flush: Flush,
     ) -> Result<AppendResult, BrokerError> {
-        let (result, hw) = self.with(|i| {
-            i.check_leader(self.node, &self.topic, self.index)?;
-            i.check_min_insync(min_insync)?;
-            if let Some(t) = txn
-                && let Some(guard) = t.guard
-                && !i.txn_ongoing(t.producer_id, t.epoch)
-                && !i.verifications.holds(t.producer_id, guard)
-            {
-                return Err(BrokerError::InvalidTxnState("Record was not part of an ongoing transaction".into()));
-            }
-            let epoch = i.replica.leader_epoch;
-            let r = i.log.append(records, batches, epoch, now_ms, flush)?;
-            if let Some(t) = txn {
-                i.verifications.batch_appended(t.producer_id);
-            }
-            Ok((r, self.advance_hw(i)))
-        })?;
-        self.publish(hw.0, hw.1);
-        Ok(result)
+        let may_fsync = flush == Flush::Now && self.with(|i| Ok(i.log.config().flush_messages != i64::MAX))?;
+        let append = || {
+            let (result, hw) = self.with(|i| {
+                i.check_leader(self.node, &self.topic, self.index)?;
+                i.check_min_insync(min_insync)?;
+                if let Some(t) = txn
+                    && let Some(guard) = t.guard
+                    && !i.txn_ongoing(t.producer_id, t.epoch)
+                    && !i.verifications.holds(t.producer_id, guard)
+                {
+                    return Err(BrokerError::InvalidTxnState("Record was not part of an ongoing transaction".into()));
+                }
+                let epoch = i.replica.leader_epoch;
+                let r = i.log.append(records, batches, epoch, now_ms, flush)?;
+                if let Some(t) = txn {
+                    i.verifications.batch_appended(t.producer_id);
+                }
+                Ok((r, self.advance_hw(i)))
+            })?;
+            self.publish(hw.0, hw.1);
+            Ok(result)
+        };
+        if may_fsync { tokio::task::block_in_place(append) } else { append() }
     }
 
     /// Leader: drops verification guards older than `max_age_ms`.

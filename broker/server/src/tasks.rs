@@ -58,18 +58,12 @@ pub fn flush_pass(broker: &Broker) {
         if let Err(e) = p.flush_if_due(now, stale_ms) {
             tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush failed");
         }
-        if let Ok(Some((files, upto))) = p.with_log(|l| l.pending_flush()) {
-            let started = std::time::Instant::now();
-            let synced = files.iter().all(|f| match f.sync_data() {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "segment sync failed");
-                    false
+        if let Ok(Some(plan)) = p.with_log(|l| l.pending_flush()) {
+            match plan.sync() {
+                Ok(()) => {
+                    let _ = p.with_log(|l| l.flushed(&plan, now));
                 }
-            });
-            if synced {
-                oxbow_log::log::record_flush(started.elapsed());
-                let _ = p.with_log(|l| l.mark_flushed(upto));
+                Err(e) => tracing::error!(topic = %p.topic, partition = p.index, error = %e, "segment sync failed"),
             }
         }
     }

@@ -400,9 +400,7 @@ impl TxnCoordinator {
         }
         let topic = self.view.topic(TRANSACTION_STATE_TOPIC).ok_or_else(|| BrokerError::unknown_topic(false))?;
         let batches = validate_produce(&bytes, topic.log_config.max_message_bytes)?;
-        let fsync = topic.log_config.flush_messages != i64::MAX;
-        let append = || slot.partition.append(&bytes, &batches, Some(topic.min_insync), now, None, Flush::Now);
-        let r = if fsync { tokio::task::block_in_place(append) } else { append() }?;
+        let r = slot.partition.append(&bytes, &batches, Some(topic.min_insync), now, None, Flush::Now)?;
         Ok(r.last_offset + 1)
     }
 

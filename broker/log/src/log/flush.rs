@@ -17,8 +17,7 @@ use crate::segment::SealedSegment;
 static FLUSHES: AtomicU64 = AtomicU64::new(0);
 static FLUSH_MICROS: AtomicU64 = AtomicU64::new(0);
 
-/// Counts a flush that took `took`: [`Log::flush`] counts its own; a caller that syncs the
-/// files of [`Log::pending_flush`] counts that sync.
+/// Counts a flush that took `took`: [`Log::flush`] and [`PlannedFlush::sync`] count theirs.
 pub fn record_flush(took: Duration) {
     FLUSHES.fetch_add(1, Ordering::Relaxed);
     FLUSH_MICROS.fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
@@ -43,17 +42,20 @@ pub enum Flush {
     Owed,
 }
 
-/// A flush an append left to its caller ([`Flush::Owed`]): sync `files`, then report
-/// [`Log::flushed`].
+/// A flush planned under the log's lock and done without it: [`PlannedFlush::sync`] the
+/// files, then report [`Log::flushed`]. Either the flush an append left to its caller
+/// ([`Log::owed_flush`]) or the background sync of sealed segments ([`Log::pending_flush`]).
 #[derive(Debug)]
-pub struct OwedFlush {
+pub struct PlannedFlush {
     pub files: Vec<Arc<File>>,
-    /// The log end the files hold everything below.
+    /// The files hold everything below this offset once synced.
     pub upto: i64,
     truncations: u64,
+    /// An owed flush (the high watermark waits for it), not only sealed segments.
+    owed: bool,
 }
 
-impl OwedFlush {
+impl PlannedFlush {
     /// Syncs the files (blocking; without the log's lock). Counted as one log flush.
     pub fn sync(&self) -> std::io::Result<()> {
         let started = Instant::now();
@@ -91,31 +93,38 @@ impl Log {
         Ok(())
     }
 
-    /// Whether an append left a flush owed that no flush has covered for `after_ms` (its
+    /// Whether an append left a flush owed that has not moved on for `after_ms` (its
     /// caller's sync failed; one in flight is normally done well within that).
     pub fn owed_flush_stale(&self, now_ms: i64, after_ms: i64) -> bool {
-        self.owed_from.is_some() && now_ms - self.last_flush_ms >= after_ms
+        self.owed_from.is_some() && now_ms - self.owed_since_ms >= after_ms
     }
 
     /// The flush an append left owed ([`Flush::Owed`]), if one is: every file
     /// written since the last flush, and the log end it covers. The caller syncs the files
     /// without holding the log, then reports [`Log::flushed`]. The active segment's
     /// transaction index (written only by markers, which flush themselves) is synced here.
-    pub fn owed_flush(&mut self) -> Result<Option<OwedFlush>> {
+    pub fn owed_flush(&mut self) -> Result<Option<PlannedFlush>> {
         if self.owed_from.is_none() {
             return Ok(None);
         }
         self.active.core.txn_index.sync()?;
         let sealed = self.sealed.values().filter(|s| !s.flushed).flat_map(|s| s.unsynced_files());
         let files = sealed.chain(std::iter::once(self.active.core.file.clone())).collect();
-        Ok(Some(OwedFlush { files, upto: self.log_end_offset(), truncations: self.truncations }))
+        Ok(Some(PlannedFlush { files, upto: self.log_end_offset(), truncations: self.truncations, owed: true }))
     }
 
-    /// The files of `done` were synced: everything below its end is on disk. The high
-    /// watermark may then pass it (the caller moves it). A flush planned before a truncation,
-    /// or overtaken by a later one, changes nothing.
-    pub fn flushed(&mut self, done: &OwedFlush, now_ms: i64) {
-        if done.truncations != self.truncations || done.upto <= self.flushed_end {
+    /// The files of `done` were synced: everything below its end is on disk. After an owed
+    /// flush the high watermark may pass it (the caller moves it). A flush planned before a
+    /// truncation, or an owed one overtaken by a later one, changes nothing.
+    pub fn flushed(&mut self, done: &PlannedFlush, now_ms: i64) {
+        if done.truncations != self.truncations {
+            return;
+        }
+        if !done.owed {
+            self.mark_flushed(done.upto);
+            return;
+        }
+        if done.upto <= self.flushed_end {
             return;
         }
         self.mark_flushed(done.upto);
@@ -128,6 +137,7 @@ impl Log {
             Some(from) if leo > done.upto => Some(from.max(done.upto)),
             _ => None,
         };
+        self.owed_since_ms = now_ms;
     }
 
     /// The base offset of the first segment whose transaction index must be rebuilt from the
@@ -142,19 +152,19 @@ impl Log {
             .unwrap_or(i64::MAX)
     }
 
-    /// Files of sealed segments written but not yet synced (each log file, and its transaction
-    /// index if it holds unsynced entries), and the offset those segments end at: the caller
-    /// syncs them without holding the log and then calls [`Log::mark_flushed`]. As Kafka flushes
-    /// a rolled segment's transaction index with the segment, in the background.
-    pub fn pending_flush(&self) -> Option<(Vec<Arc<File>>, i64)> {
+    /// The background sync of sealed segments written but not yet synced (each log file, and
+    /// its transaction index if it holds unsynced entries), up to the offset those segments end
+    /// at: the caller syncs them without holding the log, then reports [`Log::flushed`]. As
+    /// Kafka flushes a rolled segment's transaction index with the segment, in the background.
+    pub fn pending_flush(&self) -> Option<PlannedFlush> {
         let pending: Vec<&SealedSegment> = self.sealed.values().filter(|s| !s.flushed).collect();
         let upto = pending.last()?.core.next_offset;
-        Some((pending.iter().flat_map(|s| s.unsynced_files()).collect(), upto))
+        let files = pending.iter().flat_map(|s| s.unsynced_files()).collect();
+        Some(PlannedFlush { files, upto, truncations: self.truncations, owed: false })
     }
 
-    /// Records that every sealed segment below `upto` is on disk (the files
-    /// [`Log::pending_flush`] returned were synced).
-    pub fn mark_flushed(&mut self, upto: i64) {
+    /// Records that every sealed segment below `upto` is on disk.
+    pub(super) fn mark_flushed(&mut self, upto: i64) {
         for s in self.sealed.values_mut().filter(|s| s.core.next_offset <= upto) {
             s.mark_flushed();
         }

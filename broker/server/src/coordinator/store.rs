@@ -230,10 +230,10 @@ impl Coordinator {
             tracing::warn!(error = %e, "offsets records refused");
             GroupError::InvalidCommitOffsetSize
         })?;
-        let fsync = topic.log_config.flush_messages != i64::MAX;
-        let append = || slot.partition.append(&bytes, &batches, Some(topic.min_insync), now, txn, Flush::Now);
-        let result = if fsync { tokio::task::block_in_place(append) } else { append() };
-        let r = result.map_err(|e| store_error(&e))?;
+        let r = slot
+            .partition
+            .append(&bytes, &batches, Some(topic.min_insync), now, txn, Flush::Now)
+            .map_err(|e| store_error(&e))?;
         st.last_written = st.last_written.max(r.last_offset + 1);
         Ok(Some(r.last_offset + 1))
     }

@@ -211,11 +211,11 @@ fn sealed_transaction_indexes_are_synced_by_the_flusher_before_the_recovery_poin
     let rp = log.recovery_point();
     // Sealing synced nothing (it runs under the partition lock): the flusher gets both files of
     // segment 0 and the log file of segment 3, to sync outside the lock.
-    let (files, upto) = log.pending_flush().ok_or("two segments to flush")?;
-    assert_eq!(upto, 5);
+    let plan = log.pending_flush().ok_or("two segments to flush")?;
+    assert_eq!(plan.upto, 5);
     let inode = |p: PathBuf| std::fs::metadata(p).map(|m| (m.dev(), m.ino()));
     let mut got: Vec<(u64, u64)> =
-        files.iter().map(|f| f.metadata().map(|m| (m.dev(), m.ino()))).collect::<Result<_, _>>()?;
+        plan.files.iter().map(|f| f.metadata().map(|m| (m.dev(), m.ino()))).collect::<Result<_, _>>()?;
     let mut want = vec![
         inode(d.path().join(file_name(0, "log")))?,
         inode(txn_index_path(&log, 0))?,
@@ -225,10 +225,8 @@ fn sealed_transaction_indexes_are_synced_by_the_flusher_before_the_recovery_poin
     want.sort_unstable();
     assert_eq!(got, want);
     assert_eq!(log.recovery_point(), rp, "nothing below it is on disk yet");
-    for f in &files {
-        f.sync_data()?;
-    }
-    log.mark_flushed(upto);
+    plan.sync()?;
+    log.flushed(&plan, 0);
     assert_eq!(log.recovery_point(), 5);
     assert!(log.pending_flush().is_none(), "the index counts as synced too");
     // Log::flush syncs a sealed segment's index as well.
