@@ -9,7 +9,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Exactly `len` bytes of `file` from `pos` (pread), in a vector that is not zeroed before the
 /// read fills it: log reads for fetches are up to `fetch.max.bytes`, and zeroing them was a
@@ -45,9 +45,11 @@ pub fn read_exact_at(file: &File, pos: u64, len: usize) -> io::Result<Vec<u8>> {
 
 use memmap2::{Mmap, MmapMut};
 
-/// A writable map over a file preallocated to a fixed capacity.
+/// A writable map over a file preallocated to a fixed capacity. The file is not kept open
+/// (the map alone keeps it), as Kafka closes an index's file once mapped: a broker hosting
+/// thousands of partitions would otherwise hold three descriptors per segment, not one.
 pub struct MmapMutFile {
-    file: File,
+    path: PathBuf,
     map: MmapMut,
 }
 
@@ -61,7 +63,7 @@ impl MmapMutFile {
         // SAFETY: the file is private to this broker and is not resized while this map lives
         // (see the module docs); the map is dropped before any set_len.
         let map = unsafe { MmapMut::map_mut(&file)? };
-        Ok((Self { file, map }, old_len))
+        Ok((Self { path: path.into(), map }, old_len))
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -77,11 +79,13 @@ impl MmapMutFile {
         self.map.flush()
     }
 
-    /// Drops the map and trims the file to `len` bytes.
+    /// Drops the map and trims the file to `len` bytes (reopened by its path, which must not
+    /// have been removed or replaced meanwhile).
     pub fn trim(self, len: u64) -> io::Result<()> {
         self.map.flush()?;
-        let Self { file, map } = self;
+        let Self { path, map } = self;
         drop(map);
+        let file = OpenOptions::new().write(true).open(&path)?;
         file.set_len(len)?;
         file.sync_all()
     }

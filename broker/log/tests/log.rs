@@ -386,6 +386,35 @@ fn a_background_sync_planned_before_a_truncation_marks_nothing_synced() -> R {
     Ok(())
 }
 
+#[test]
+fn a_segment_holds_one_descriptor_its_indexes_none() -> R {
+    // Kafka closes an index file once it is mapped; a broker with thousands of partitions
+    // would otherwise run out of descriptors three times sooner.
+    let d = tempfile::tempdir()?;
+    let mut log = open(d.path(), small(), true, 0);
+    for _ in 0..3 {
+        append(&mut log, 4, 0, 100);
+        log.roll(0)?;
+    }
+    append(&mut log, 4, 0, 100);
+    let mut held: Vec<String> = std::fs::read_dir("/proc/self/fd")?
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter(|p| p.starts_with(d.path()))
+        .filter_map(|p| p.extension().map(|x| x.to_string_lossy().into_owned()))
+        .collect();
+    held.sort();
+    assert_eq!(held, ["log", "log", "log", "log"], "three sealed segments and the active one");
+    // A clean close trims the active segment's indexes through their paths.
+    let rp = log.close(0)?;
+    let index = d.path().join(oxbow_log::segment::file_name(12, "index"));
+    assert_eq!(std::fs::metadata(&index)?.len() % 8, 0);
+    assert!(std::fs::metadata(&index)?.len() < 4096, "trimmed to its entries");
+    let log = open(d.path(), small(), true, rp);
+    assert_eq!(log.log_end_offset(), 16);
+    Ok(())
+}
+
 /// Base offsets of the producer snapshots in `dir`.
 fn snapshots(dir: &Path) -> Vec<i64> {
     let mut v: Vec<i64> = std::fs::read_dir(dir)
