@@ -69,15 +69,22 @@ impl ControllerClient {
         self.epoch.store(epoch, Ordering::Relaxed);
     }
 
-    /// Runs `cmd` on the active controller and waits until this broker has applied its result.
+    /// Runs `cmd` on the active controller and waits until this broker has applied its result,
+    /// except for a running broker's heartbeat: its answer (fenced or not) is all the broker
+    /// needs, and waiting for this broker to apply it would also wait for every change before
+    /// it. Applying a change that opens thousands of partitions takes seconds; the next
+    /// heartbeat would go out that late and the controller would fence a healthy broker (as
+    /// Kafka's controller does not for a broker slow to apply metadata). A controlled
+    /// shutdown's heartbeat still waits: the broker stops leading before it closes its logs.
     pub async fn execute(&self, cmd: Command) -> Result<Reply, BrokerError> {
+        let wait = !matches!(cmd, Command::Heartbeat { shutting_down: false, .. });
         let q = self.quorum().ok_or_else(|| BrokerError::NotController("metadata quorum not started".into()))?;
         // The whole exchange is bounded: a leader cut off from its quorum never commits.
         let (version, reply) = tokio::time::timeout(CONTROLLER_TIMEOUT, q.execute(cmd, CONTROLLER_TIMEOUT))
             .await
             .map_err(|_| BrokerError::TimedOut("the metadata quorum did not commit in time".into()))?
             .map_err(BrokerError::from)?;
-        if !self.wait_applied(version, CONTROLLER_TIMEOUT).await {
+        if wait && !self.wait_applied(version, CONTROLLER_TIMEOUT).await {
             return Err(BrokerError::TimedOut(format!(
                 "the change was committed (metadata version {version}) but this broker has not applied it yet"
             )));
