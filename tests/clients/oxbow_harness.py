@@ -44,10 +44,11 @@ DEFAULT_BROKER_BIN = REPO_ROOT / "target" / "release" / "oxbow-broker"
 CLEAN_SHUTDOWN_MARKER = ".oxbow_cleanshutdown"
 
 # Reference mode: the suite run against Apache Kafka through
-# reference/kafka_as_oxbow.py, to check the tests themselves. Only two
-# documented Kafka differences are bridged here: the clean-shutdown marker's
-# name, and Kafka 4's 1 MiB minimum for segment.bytes (its test-only topic
-# config internal.segment.bytes has no such minimum).
+# reference/kafka_as_oxbow.py, to check the tests themselves. Only documented
+# Kafka differences are bridged: here the clean-shutdown marker's name, and
+# Kafka 4's 1 MiB minimum for segment.bytes (its test-only topic config
+# internal.segment.bytes has no such minimum); in test_librdkafka.py the error
+# code of a CreatePartitions over Kafka's per-operation record limit.
 REFERENCE_KAFKA = Path(os.environ.get("OXBOW_BROKER_BIN", "")).name == "kafka_as_oxbow.py"
 if REFERENCE_KAFKA:
     CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"

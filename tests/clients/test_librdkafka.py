@@ -19,6 +19,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import ConfigResource, ConfigSource, NewPartitions, NewTopic, ResourceType
 
 from oxbow_harness import (
+    REFERENCE_KAFKA,
     DeliveryLog,
     admin_client,
     consume_all,
@@ -285,6 +286,57 @@ def test_create_partitions(broker):
     err = exc.value.args[0] if exc.value.args else None
     assert isinstance(err, KafkaError) and err.code() == KafkaError.INVALID_PARTITIONS, \
         f"shrinking partitions: expected INVALID_PARTITIONS, got {exc.value!r}"
+
+
+def test_an_operation_of_more_than_ten_thousand_metadata_records_is_refused_whole(broker):
+    """Kafka's controller writes at most 10,000 records per user operation (a topic record and
+    one per partition here): larger ones are refused with POLICY_VIOLATION and nothing is made.
+    Checked with validate_only, so that neither broker creates thousands of logs."""
+    admin = admin_client(broker)
+
+    def refusal(fut) -> KafkaError | None:
+        try:
+            fut.result(timeout=60)
+            return None
+        except Exception as e:  # noqa: BLE001 - the KafkaError is the first argument
+            return e.args[0] if e.args else e
+
+    big = admin.create_topics([NewTopic("too-big", num_partitions=10_000, replication_factor=1)],
+                              validate_only=True, request_timeout=60)["too-big"]
+    err = refusal(big)
+    assert isinstance(err, KafkaError) and err.code() == KafkaError.POLICY_VIOLATION, f"10,000 partitions: {err!r}"
+    assert "excessively large" in err.str(), err.str()
+    at_limit = admin.create_topics([NewTopic("at-limit", num_partitions=9_999, replication_factor=1)],
+                                   validate_only=True, request_timeout=60)["at-limit"]
+    assert refusal(at_limit) is None
+    assert "too-big" not in admin.list_topics(timeout=10).topics
+
+    create_topic(broker, "grow-big", 1)
+    grow = admin.create_partitions([NewPartitions("grow-big", 10_002)], validate_only=True, request_timeout=60)
+    err = refusal(grow["grow-big"])
+    # Kafka 4.1.1 lets the limit's exception through as UNKNOWN_SERVER_ERROR here; Oxbow answers
+    # as for CreateTopics (docs/compatibility.md).
+    want = KafkaError.UNKNOWN if REFERENCE_KAFKA else KafkaError.POLICY_VIOLATION
+    assert isinstance(err, KafkaError) and err.code() == want, f"10,001 more: {err!r}"
+    grow = admin.create_partitions([NewPartitions("grow-big", 10_001)], validate_only=True, request_timeout=60)
+    assert refusal(grow["grow-big"]) is None
+
+
+def test_a_broker_busy_opening_thousands_of_partitions_keeps_its_session(broker_factory):
+    """Opening 4,000 new partitions keeps this broker busy for seconds. Its heartbeats must still
+    reach the controller meanwhile (a 2 s session here): before, a heartbeat's answer waited for
+    the broker to apply everything before it, the next one went out too late, and the broker
+    fenced itself (its partitions lost their leader) in a loop."""
+    b = broker_factory({"broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": "500"})
+    admin = admin_client(b)
+    started = time.monotonic()
+    admin.create_topics([NewTopic("many", num_partitions=4000, replication_factor=1)],
+                        request_timeout=180)["many"].result(180)
+    wait_for_topic(admin, "many", 4000, timeout=180)
+    print(f"4000 partitions created and led in {time.monotonic() - started:.1f} s")
+    log = b.log_path.read_text(errors="replace")
+    assert "fencing brokers whose session expired" not in log, "the broker was fenced while it opened partitions"
+    assert "this broker is fenced" not in log
 
 
 def test_delete_topic_and_recreate(broker):

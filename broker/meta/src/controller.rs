@@ -202,6 +202,9 @@ pub enum Refusal {
     InvalidReplicationFactor(String),
     #[error("{0}")]
     InvalidReplicaAssignment(String),
+    /// A user operation of more than [`MAX_RECORDS_PER_USER_OP`] records.
+    #[error("{0}")]
+    PolicyViolation(String),
     #[error("{0}")]
     StaleBrokerEpoch(String),
     #[error("{0}")]
@@ -218,6 +221,20 @@ pub enum Refusal {
     IneligibleReplica(String),
     #[error("{0}")]
     NoReassignmentInProgress(String),
+}
+
+/// The most metadata records one topic creation or partition increase may write, as Kafka's
+/// controller (`MAX_RECORDS_PER_USER_OP`): larger ones are refused whole, so that no single
+/// Raft entry grows without bound. Kafka counts a CreateTopics request's topics together;
+/// here each topic is its own command (docs/compatibility.md).
+pub const MAX_RECORDS_PER_USER_OP: usize = 10_000;
+
+/// Refuses a user operation that would write `records` records.
+fn bounded(records: usize) -> Result<(), Refusal> {
+    if records > MAX_RECORDS_PER_USER_OP {
+        return Err(Refusal::PolicyViolation("Unable to perform excessively large batch operation.".into()));
+    }
+    Ok(())
 }
 
 /// The outcome of one command: records to write, and the reply once they are committed.
@@ -347,6 +364,7 @@ impl Controller {
                 }
                 // During a move the first partition's replicas include those it is removing.
                 let rf = t.partitions.first().map_or(1, |p| p.replicas.len() - p.removing.len()) as i16;
+                bounded((*count - current) as usize)?;
                 let placed = place(img, current, *count - current, rf)?;
                 if *validate_only {
                     return Ok(Decision::new(Vec::new(), Reply::Done));
@@ -632,9 +650,11 @@ impl Controller {
                         "Replication factor must be larger than 0.".to_string(),
                     ));
                 }
+                bounded(1 + configs.len() + partitions as usize)?;
                 place(img, 0, partitions, replication_factor)?
             }
         };
+        bounded(1 + configs.len() + placed.len())?;
         if validate_only {
             return Ok(Decision::new(Vec::new(), Reply::Done));
         }

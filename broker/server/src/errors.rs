@@ -29,6 +29,9 @@ pub enum BrokerError {
     InvalidReplicationFactor(String),
     #[error("{0}")]
     InvalidReplicaAssignment(String),
+    /// An operation the controller refuses as a whole (one too large for a single batch).
+    #[error("{0}")]
+    PolicyViolation(String),
     #[error("{0}")]
     NoReassignmentInProgress(String),
     #[error("{0}")]
@@ -210,6 +213,7 @@ impl BrokerError {
             B::InvalidPartitions(_) => K::InvalidPartitions,
             B::InvalidReplicationFactor(_) => K::InvalidReplicationFactor,
             B::InvalidReplicaAssignment(_) => K::InvalidReplicaAssignment,
+            B::PolicyViolation(_) => K::PolicyViolation,
             B::NoReassignmentInProgress(_) => K::NoReassignmentInProgress,
             B::IneligibleReplica(_) => K::IneligibleReplica,
             B::InvalidUpdateVersion(_) => K::InvalidUpdateVersion,
@@ -385,6 +389,7 @@ impl From<oxbow_meta::CommandError> for BrokerError {
                     R::InvalidPartitions(_) => B::InvalidPartitions(m),
                     R::InvalidReplicationFactor(_) => B::InvalidReplicationFactor(m),
                     R::InvalidReplicaAssignment(_) => B::InvalidReplicaAssignment(m),
+                    R::PolicyViolation(_) => B::PolicyViolation(m),
                     R::StaleBrokerEpoch(_) => B::StaleBrokerEpoch(m),
                     R::BrokerNotRegistered(_) => B::BrokerNotRegistered(m),
                     R::DuplicateBrokerRegistration(_) => B::DuplicateBrokerRegistration(m),

@@ -451,3 +451,21 @@ fn the_first_registration_finalizes_transaction_version_2_once() {
     commit(&mut img, &d);
     assert_eq!(img.features.get(TRANSACTION_VERSION), Some(&2));
 }
+
+#[test]
+fn an_operation_of_more_than_ten_thousand_records_is_refused_whole_as_kafka_does() {
+    let (mut c, mut img) = cluster(&[None]);
+    let policy =
+        |r: Result<(), Refusal>| matches!(r, Err(Refusal::PolicyViolation(m)) if m.contains("excessively large"));
+    // A topic record and 10,000 partition records: one too many.
+    assert!(policy(create(&mut c, &mut img, "big", 10_000, 1)));
+    assert!(img.topic("big").is_none());
+    // 9,999 partitions: 10,000 records, the most one operation may write.
+    create(&mut c, &mut img, "t", 9_999, 1).expect("at the limit");
+    // Partitions added count the same way.
+    create(&mut c, &mut img, "small", 1, 1).expect("create");
+    let mut grow =
+        |count| c.decide(&img, &Command::CreatePartitions { name: "small".into(), count, validate_only: true }, 0);
+    assert!(matches!(grow(10_002), Err(Refusal::PolicyViolation(_))));
+    assert!(grow(10_001).is_ok());
+}
