@@ -46,8 +46,8 @@ pub fn read_exact_at(file: &File, pos: u64, len: usize) -> io::Result<Vec<u8>> {
 use memmap2::{Mmap, MmapMut};
 
 /// A writable map over a file preallocated to a fixed capacity. The file is not kept open
-/// (the map alone keeps it), as Kafka closes an index's file once mapped: a broker hosting
-/// thousands of partitions would otherwise hold three descriptors per segment, not one.
+/// (the map alone keeps it), as Kafka closes an index's file once mapped: each partition's
+/// active segment would otherwise hold three descriptors (log, offset and time index), not one.
 pub struct MmapMutFile {
     path: PathBuf,
     map: MmapMut,

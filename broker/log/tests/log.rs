@@ -388,8 +388,8 @@ fn a_background_sync_planned_before_a_truncation_marks_nothing_synced() -> R {
 
 #[test]
 fn a_segment_holds_one_descriptor_its_indexes_none() -> R {
-    // Kafka closes an index file once it is mapped; a broker with thousands of partitions
-    // would otherwise run out of descriptors three times sooner.
+    // Kafka closes an index file once it is mapped; the active segment's two indexes would
+    // otherwise cost a broker with thousands of partitions two more descriptors per partition.
     let d = tempfile::tempdir()?;
     let mut log = open(d.path(), small(), true, 0);
     for _ in 0..3 {

@@ -260,10 +260,22 @@ impl Broker {
 
     /// One heartbeat; returns whether the broker is fenced (and, when shutting down, whether
     /// it leads nothing any more).
+    ///
+    /// The answer that unfences this broker, and a controlled shutdown's, come back once this
+    /// broker has applied the metadata up to it: it then serves (or stops leading) with a view
+    /// that holds everything decided before, such as leaderships moved away while it was
+    /// fenced. A heartbeat that keeps an unfenced broker unfenced does not wait: applying a
+    /// change that opens thousands of partitions takes seconds, the next heartbeat would go
+    /// out that late, and the controller would fence a healthy broker (Kafka's controller does
+    /// not fence a broker for applying metadata slowly either).
     pub async fn heartbeat(&self, shutting_down: bool) -> Result<(bool, bool), BrokerError> {
         let cmd = Command::Heartbeat { node_id: self.node_id(), epoch: self.controller.broker_epoch(), shutting_down };
-        match self.controller.execute(cmd).await? {
+        let (version, reply) = self.controller.commit(cmd).await?;
+        match reply {
             Reply::Heartbeat { fenced, shutdown_complete } => {
+                if shutting_down || (!fenced && self.liveness.is_fenced()) {
+                    self.controller.applied_or_timeout(version).await?;
+                }
                 if !shutting_down {
                     self.liveness.heard(fenced);
                 }

@@ -1,8 +1,9 @@
 //! The controller client: how this broker has the active controller change the metadata. A
 //! command goes to the quorum (forwarded to its leader wherever that is), and the answer comes
 //! back once this broker has applied the committed result, so a handler that creates a topic
-//! finds it in the metadata view right after. Also this broker's registration epoch and the
-//! block of producer ids it hands out.
+//! finds it in the metadata view right after (a running broker's heartbeat excepted, see
+//! `Broker::heartbeat`). Also this broker's registration epoch and the block of producer ids it
+//! hands out.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -69,27 +70,33 @@ impl ControllerClient {
         self.epoch.store(epoch, Ordering::Relaxed);
     }
 
-    /// Runs `cmd` on the active controller and waits until this broker has applied its result,
-    /// except for a running broker's heartbeat: its answer (fenced or not) is all the broker
-    /// needs, and waiting for this broker to apply it would also wait for every change before
-    /// it. Applying a change that opens thousands of partitions takes seconds; the next
-    /// heartbeat would go out that late and the controller would fence a healthy broker (as
-    /// Kafka's controller does not for a broker slow to apply metadata). A controlled
-    /// shutdown's heartbeat still waits: the broker stops leading before it closes its logs.
+    /// Runs `cmd` on the active controller and waits until this broker has applied its result.
     pub async fn execute(&self, cmd: Command) -> Result<Reply, BrokerError> {
-        let wait = !matches!(cmd, Command::Heartbeat { shutting_down: false, .. });
+        let (version, reply) = self.commit(cmd).await?;
+        self.applied_or_timeout(version).await?;
+        Ok(reply)
+    }
+
+    /// Runs `cmd` on the active controller; returns the metadata version holding its result,
+    /// which this broker may not have applied yet (see [`Self::applied_or_timeout`]).
+    pub async fn commit(&self, cmd: Command) -> Result<(u64, Reply), BrokerError> {
         let q = self.quorum().ok_or_else(|| BrokerError::NotController("metadata quorum not started".into()))?;
         // The whole exchange is bounded: a leader cut off from its quorum never commits.
-        let (version, reply) = tokio::time::timeout(CONTROLLER_TIMEOUT, q.execute(cmd, CONTROLLER_TIMEOUT))
+        tokio::time::timeout(CONTROLLER_TIMEOUT, q.execute(cmd, CONTROLLER_TIMEOUT))
             .await
             .map_err(|_| BrokerError::TimedOut("the metadata quorum did not commit in time".into()))?
-            .map_err(BrokerError::from)?;
-        if wait && !self.wait_applied(version, CONTROLLER_TIMEOUT).await {
-            return Err(BrokerError::TimedOut(format!(
-                "the change was committed (metadata version {version}) but this broker has not applied it yet"
-            )));
+            .map_err(BrokerError::from)
+    }
+
+    /// Waits until this broker has applied metadata version `version`, up to
+    /// [`CONTROLLER_TIMEOUT`].
+    pub async fn applied_or_timeout(&self, version: u64) -> Result<(), BrokerError> {
+        if self.wait_applied(version, CONTROLLER_TIMEOUT).await {
+            return Ok(());
         }
-        Ok(reply)
+        Err(BrokerError::TimedOut(format!(
+            "the change was committed (metadata version {version}) but this broker has not applied it yet"
+        )))
     }
 
     /// Waits until this broker reflects metadata version `version`; false on timeout.

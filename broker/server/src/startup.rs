@@ -113,17 +113,27 @@ pub async fn import_legacy(broker: &Broker, legacy: Legacy) -> anyhow::Result<()
         return Ok(());
     }
     let me = broker.node_id();
+    // One operation writes at most MAX_RECORDS_PER_USER_OP records (the topic's, one per config,
+    // one per partition): a larger topic is created, then grown, in steps.
+    let step = oxbow_meta::controller::MAX_RECORDS_PER_USER_OP as i32;
     for t in &legacy.file.topics {
+        let first = t.partitions.min((step - 1 - t.configs.len() as i32).max(1));
         let cmd = Command::CreateTopic {
             name: t.name.clone(),
-            partitions: t.partitions,
+            partitions: first,
             replication_factor: 1,
-            assignments: Some(vec![vec![me]; t.partitions.max(0) as usize]),
+            assignments: Some(vec![vec![me]; first.max(0) as usize]),
             configs: t.configs.clone(),
             topic_id: Some(t.id),
             validate_only: false,
         };
         broker.execute(cmd).await.map_err(|e| anyhow::anyhow!("importing topic {}: {}", t.name, e))?;
+        let mut count = first;
+        while count < t.partitions {
+            count = (count + step).min(t.partitions);
+            let grow = Command::CreatePartitions { name: t.name.clone(), count, validate_only: false };
+            broker.execute(grow).await.map_err(|e| anyhow::anyhow!("importing topic {}: {}", t.name, e))?;
+        }
     }
     if !legacy.file.broker_configs.is_empty() {
         let cmd = Command::SetBrokerConfigs { node: None, configs: legacy.file.broker_configs.clone() };
