@@ -498,6 +498,15 @@ def fill_log(b: Broker, cp: str, gigabytes: float) -> None:
                "--producer-props", f"bootstrap.servers={b.bootstrap()}", "acks=1", *[f"{k}={v}" for k, v in PRODUCER.items()]])
 
 
+def timed_recovery(b: Broker, cp: str, gigabytes: float, res: Results, workload: str) -> None:
+    """Fills `gigabytes` into a running broker, SIGKILLs it and records the restart to serving."""
+    log(f"{b.name}: filling {gigabytes} GB for the recovery test")
+    fill_log(b, cp, gigabytes)
+    b.kill()
+    log(f"{b.name}: SIGKILLed; restarting")
+    res.add(workload, "restart to serving", "s", "lower", b.name, b.start())
+
+
 def round_for(cls, binary_cp: str, workdir: Path, args, res: Results, produce: list[Produce]) -> None:
     b = cls(workdir, binary_cp)
     try:
@@ -515,11 +524,7 @@ def round_for(cls, binary_cp: str, workdir: Path, args, res: Results, produce: l
         res.add("whole round", "peak RSS", "MiB", "lower", b.name, hwm / 1024)
         log(f"{b.name}: transactions ({args.txn_records} records per run, {args.open_txn_ids} open ids)")
         run_transactions(b, binary_cp, args.txn_records, [100, 10_000], args.open_txn_ids, res)
-        log(f"{b.name}: filling {args.recovery_gb} GB for the recovery test")
-        fill_log(b, binary_cp, args.recovery_gb)
-        b.kill()
-        log(f"{b.name}: SIGKILLed; restarting")
-        res.add(f"recovery after SIGKILL, {args.recovery_gb} GB log", "restart to serving", "s", "lower", b.name, b.start())
+        timed_recovery(b, binary_cp, args.recovery_gb, res, f"recovery after SIGKILL, {args.recovery_gb} GB log")
     finally:
         b.stop()
         b.kill()
@@ -530,12 +535,7 @@ def recovery_round(cls, binary_cp: str, workdir: Path, args, res: Results) -> No
     b = cls(workdir, binary_cp)
     try:
         b.start()
-        log(f"{b.name}: filling {args.recovery_gb} GB for the recovery test")
-        fill_log(b, binary_cp, args.recovery_gb)
-        b.kill()
-        log(f"{b.name}: SIGKILLed; restarting")
-        res.add(f"recovery after SIGKILL, {args.recovery_gb} GB log, alone", "restart to serving", "s", "lower", b.name,
-                b.start())
+        timed_recovery(b, binary_cp, args.recovery_gb, res, f"recovery after SIGKILL, {args.recovery_gb} GB log, alone")
     finally:
         b.stop()
         b.kill()
