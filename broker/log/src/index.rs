@@ -189,7 +189,6 @@ pub struct IndexWriter<E: Entry> {
     map: MmapMutFile,
     entries: usize,
     capacity: usize,
-    path: PathBuf,
     _e: PhantomData<E>,
 }
 
@@ -211,7 +210,7 @@ impl<E: Entry> IndexWriter<E> {
         }
         sanity_check::<E>(map.bytes(), entries, log_size)
             .map_err(|reason| LogError::Corrupt { path: path.into(), reason })?;
-        Ok(Self { map, entries, capacity, path: path.into(), _e: PhantomData })
+        Ok(Self { map, entries, capacity, _e: PhantomData })
     }
 
     pub fn is_full(&self) -> bool {
@@ -239,23 +238,16 @@ impl<E: Entry> IndexWriter<E> {
         }
     }
 
-    pub fn flush(&self) -> Result<()> {
-        self.map.flush().map_err(LogError::io(&self.path))
+    /// Trims the file, at `path` (where it was opened), to its entries and reopens it read-only.
+    pub fn seal(self, path: &Path) -> Result<IndexReader<E>> {
+        self.close(path)?;
+        IndexReader::open(path, None)
     }
 
-    /// Trims the file to its entries and reopens it read-only.
-    pub fn seal(self) -> Result<IndexReader<E>> {
-        let path = self.path.clone();
+    /// Trims the file, at `path` (where it was opened), without reopening it (clean shutdown).
+    pub fn close(self, path: &Path) -> Result<()> {
         let len = (self.entries * E::SIZE) as u64;
-        self.map.trim(len).map_err(LogError::io(&path))?;
-        IndexReader::open(&path, None)
-    }
-
-    /// Trims the file (clean shutdown) without reopening it.
-    pub fn close(self) -> Result<()> {
-        let len = (self.entries * E::SIZE) as u64;
-        let path = self.path.clone();
-        self.map.trim(len).map_err(LogError::io(path))
+        self.map.trim(path, len).map_err(LogError::io(path))
     }
 }
 
@@ -275,7 +267,7 @@ mod tests {
         assert!(!w.append(OffsetEntry { rel_offset: 90, position: 900 }));
         assert_eq!(w.lookup(25).map(|e| e.position), Some(200));
         assert_eq!(w.lookup(-1), None);
-        let r = w.seal()?;
+        let r = w.seal(&p)?;
         assert_eq!(r.len(), 8);
         assert_eq!(r.lookup(70).map(|e| e.position), Some(700));
         assert_eq!(std::fs::metadata(&p).map_err(LogError::io(&p))?.len(), 64);
@@ -290,7 +282,7 @@ mod tests {
         for i in 0..4u32 {
             w.append(OffsetEntry { rel_offset: i * 10, position: i * 100 });
         }
-        w.close()?;
+        w.close(&p)?;
         let mut bytes = std::fs::read(&p).map_err(LogError::io(&p))?;
         bytes[9..13].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
         std::fs::write(&p, &bytes).map_err(LogError::io(&p))?;

@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::batch::{self, BatchHeader, BatchIter, ValidBatch};
 use crate::config::{LogConfig, TargetCompression};
@@ -75,7 +76,8 @@ pub struct AppendResult {
 
 pub struct Log {
     dir: PathBuf,
-    config: LogConfig,
+    /// Shared by the partitions of a topic.
+    config: Arc<LogConfig>,
     sealed: BTreeMap<i64, SealedSegment>,
     active: ActiveSegment,
     log_start_offset: i64,
@@ -131,7 +133,8 @@ pub(crate) fn list_offsets(dir: &Path, ext: &str) -> Result<Vec<i64>> {
 
 impl Log {
     /// Opens (or creates) the log in `dir`, recovering it if needed.
-    pub fn open(dir: &Path, config: LogConfig, opts: OpenOptions) -> Result<(Self, RecoveryReport)> {
+    pub fn open(dir: &Path, config: impl Into<Arc<LogConfig>>, opts: OpenOptions) -> Result<(Self, RecoveryReport)> {
+        let config = config.into();
         std::fs::create_dir_all(dir).map_err(LogError::io(dir))?;
         let mut report = RecoveryReport::default();
         crate::cleaner::recover_swaps(dir)?;
@@ -534,8 +537,8 @@ impl Log {
     pub fn config(&self) -> &LogConfig {
         &self.config
     }
-    pub fn set_config(&mut self, config: LogConfig) {
-        self.config = config;
+    pub fn set_config(&mut self, config: impl Into<Arc<LogConfig>>) {
+        self.config = config.into();
     }
     pub fn log_start_offset(&self) -> i64 {
         self.log_start_offset

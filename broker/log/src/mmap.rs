@@ -9,7 +9,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Exactly `len` bytes of `file` from `pos` (pread), in a vector that is not zeroed before the
 /// read fills it: log reads for fetches are up to `fetch.max.bytes`, and zeroing them was a
@@ -48,8 +48,9 @@ use memmap2::{Mmap, MmapMut};
 /// A writable map over a file preallocated to a fixed capacity. The file is not kept open
 /// (the map alone keeps it), as Kafka closes an index's file once mapped: each partition's
 /// active segment would otherwise hold three descriptors (log, offset and time index), not one.
+/// Nor is its path kept: the owner knows it (every active segment's two would cost two heap
+/// allocations per partition).
 pub struct MmapMutFile {
-    path: PathBuf,
     map: MmapMut,
 }
 
@@ -63,7 +64,7 @@ impl MmapMutFile {
         // SAFETY: the file is private to this broker and is not resized while this map lives
         // (see the module docs); the map is dropped before any set_len.
         let map = unsafe { MmapMut::map_mut(&file)? };
-        Ok((Self { path: path.into(), map }, old_len))
+        Ok((Self { map }, old_len))
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -74,18 +75,12 @@ impl MmapMutFile {
         &mut self.map
     }
 
-    /// Writes dirty pages of the map back to the file.
-    pub fn flush(&self) -> io::Result<()> {
-        self.map.flush()
-    }
-
-    /// Drops the map and trims the file to `len` bytes (reopened by its path, which must not
-    /// have been removed or replaced meanwhile).
-    pub fn trim(self, len: u64) -> io::Result<()> {
+    /// Drops the map and trims the file, at `path` (where it was opened: it must not have been
+    /// removed or replaced meanwhile), to `len` bytes.
+    pub fn trim(self, path: &Path, len: u64) -> io::Result<()> {
         self.map.flush()?;
-        let Self { path, map } = self;
-        drop(map);
-        let file = OpenOptions::new().write(true).open(&path)?;
+        drop(self.map);
+        let file = OpenOptions::new().write(true).open(path)?;
         file.set_len(len)?;
         file.sync_all()
     }

@@ -41,8 +41,8 @@ pub struct SegmentCore {
     pub max_timestamp: i64,
     pub offset_of_max_timestamp: i64,
     pub file: Arc<File>,
+    /// The segment's `.log` file; its directory holds the segment's other files.
     pub log_path: PathBuf,
-    dir: PathBuf,
     /// Aborted transactions whose marker is in this segment.
     pub(crate) txn_index: TxnIndex,
     /// The transaction index must be rebuilt from a replay of the log: the segment was rescanned
@@ -51,11 +51,16 @@ pub struct SegmentCore {
 }
 
 impl SegmentCore {
+    /// The directory holding the segment's files (derived, not stored: every path a partition
+    /// keeps is a heap allocation, and at 10,000 partitions each costs about a megabyte).
+    fn dir(&self) -> &Path {
+        self.log_path.parent().unwrap_or(Path::new(""))
+    }
     fn index_path(&self) -> PathBuf {
-        self.dir.join(file_name(self.base_offset, "index"))
+        self.dir().join(file_name(self.base_offset, "index"))
     }
     fn time_index_path(&self) -> PathBuf {
-        self.dir.join(file_name(self.base_offset, "timeindex"))
+        self.dir().join(file_name(self.base_offset, "timeindex"))
     }
 
     pub fn txn_index(&self) -> &TxnIndex {
@@ -276,7 +281,6 @@ impl ActiveSegment {
             offset_of_max_timestamp: base_offset,
             file: Arc::new(file),
             log_path,
-            dir: dir.into(),
             txn_index,
             txn_rebuild: problem.is_some(),
         };
@@ -442,8 +446,8 @@ impl ActiveSegment {
     /// before the recovery point passes it, since recovery trusts the indexes below it.
     pub fn seal(mut self) -> Result<SealedSegment> {
         self.append_time_entry();
-        let offset_index = self.offset_index.seal()?;
-        let time_index = self.time_index.seal()?;
+        let offset_index = self.offset_index.seal(&self.core.index_path())?;
+        let time_index = self.time_index.seal(&self.core.time_index_path())?;
         Ok(SealedSegment { core: self.core, offset_index, time_index, flushed: false })
     }
 
@@ -451,8 +455,8 @@ impl ActiveSegment {
     pub fn close(mut self) -> Result<()> {
         self.append_time_entry();
         self.sync()?;
-        self.offset_index.close()?;
-        self.time_index.close()
+        self.offset_index.close(&self.core.index_path())?;
+        self.time_index.close(&self.core.time_index_path())
     }
 
     /// Drops everything at or after `offset` (the batch containing `offset` must start there).
@@ -543,13 +547,12 @@ impl SealedSegment {
     /// Points the segment at `dir` after its files were renamed there (open handles and maps
     /// follow the files).
     pub(crate) fn relocate(&mut self, dir: &Path) {
-        self.core.dir = dir.into();
         self.core.log_path = dir.join(file_name(self.core.base_offset, "log"));
         self.core.txn_index.relocate(dir.join(file_name(self.core.base_offset, "txnindex")));
     }
 
     pub(crate) fn dir(&self) -> &Path {
-        &self.core.dir
+        self.core.dir()
     }
 
     pub fn lookup_position(&self, offset: i64) -> u64 {

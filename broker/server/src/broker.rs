@@ -473,7 +473,7 @@ impl Broker {
                 continue;
             }
             let meta = topic_meta(t);
-            let log_config = topic_config::resolve(&defaults, &meta.configs);
+            let log_config = Arc::new(topic_config::resolve(&defaults, &meta.configs));
             let mut local = Vec::with_capacity(t.partitions.len());
             for p in &t.partitions {
                 let have = existing.and_then(|e| e.partition(p.partition)).cloned();
@@ -566,7 +566,7 @@ impl Broker {
                 continue;
             }
             let meta = Arc::new(topic_meta(t));
-            let log_config = topic_config::resolve(defaults, &meta.configs);
+            let log_config = Arc::new(topic_config::resolve(defaults, &meta.configs));
             jobs.extend(wanted.into_iter().map(|p| (meta.clone(), p, log_config.clone())));
         }
         jobs

@@ -52,7 +52,7 @@ struct OnDisk {
 }
 
 /// A partition log to open: its topic, index and effective log settings.
-pub type OpenJob = (Arc<TopicMeta>, i32, LogConfig);
+pub type OpenJob = (Arc<TopicMeta>, i32, Arc<LogConfig>);
 
 pub struct LogManager {
     dirs: Vec<PathBuf>,
@@ -160,7 +160,7 @@ impl LogManager {
         &self,
         meta: &TopicMeta,
         p: i32,
-        log_config: &LogConfig,
+        log_config: &Arc<LogConfig>,
         hosted: &(dyn Fn() -> Vec<Arc<Partition>> + Sync),
     ) -> Result<Arc<Partition>, BrokerError> {
         let dir_name = partition_dir_name(&meta.name, p);

@@ -58,7 +58,8 @@ pub struct Topic {
     node: i32,
     liveness: Arc<Liveness>,
     /// The topic's configs over the broker's defaults, resolved once per change (not per request).
-    pub log_config: LogConfig,
+    /// Shared with the topic's logs.
+    pub log_config: Arc<LogConfig>,
     pub min_insync: i32,
     /// Partitions whose replication this broker throttles as their leader
     /// (`leader.replication.throttled.replicas`) and as their follower
@@ -80,7 +81,7 @@ impl Topic {
         defaults: &BrokerConfig,
         counters: Arc<TopicCounters>,
     ) -> Topic {
-        let log_config = topic_config::resolve(defaults, &meta.configs);
+        let log_config = Arc::new(topic_config::resolve(defaults, &meta.configs));
         let min_insync = topic_config::min_insync(defaults, &meta.configs);
         let throttled = |key| topic_config::Throttled::of(&meta.configs, key, node);
         let leader_throttled = throttled("leader.replication.throttled.replicas");

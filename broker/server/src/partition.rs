@@ -1,6 +1,7 @@
 //! A partition this broker hosts (leading it or following its leader): its log and replica
-//! state behind one lock, and watch channels carrying the high watermark to waiting producers
-//! (acks=all) and consumers (long poll), and the log end to followers' long polls.
+//! state behind one lock, and one watch channel carrying its [`Marks`]: the high watermark to
+//! waiting producers (acks=all) and consumers (long poll), the log end to followers' long polls,
+//! the low watermark to DeleteRecords, and the leader to all of them.
 //!
 //! The lock is held for in-memory work and page-cache writes; fetch reads are planned under it
 //! and executed outside it.
@@ -87,13 +88,20 @@ impl Inner {
     }
 }
 
-/// Sets a watch, waking its waiters only if the value changed.
-fn send_if_changed(tx: &watch::Sender<i64>, v: i64) {
-    tx.send_if_modified(|cur| {
-        let changed = *cur != v;
-        *cur = v;
-        changed
-    });
+/// What waiters watch on a partition. One channel carries all four: a watch channel costs
+/// about 350 bytes (its notifier array), which at 10,000 partitions is megabytes per channel.
+/// Each waiter waits for the field it needs ([`watch::Receiver::wait_for`]); a change to another
+/// field wakes it only to check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marks {
+    pub high_watermark: i64,
+    pub log_end: i64,
+    /// Leader: the smallest log start offset among the in-sync replicas (DeleteRecords waits
+    /// on it); -1 while a follower's is unknown.
+    pub low_watermark: i64,
+    /// The leader as this replica knows it (-1 once the log is taken out): writes waiting for
+    /// the ISR give up as soon as this broker no longer leads.
+    pub leader: i32,
 }
 
 pub struct Partition {
@@ -104,14 +112,7 @@ pub struct Partition {
     /// This broker's node id.
     node: i32,
     inner: Mutex<Option<Inner>>,
-    hw: watch::Sender<i64>,
-    leo: watch::Sender<i64>,
-    /// Leader: the smallest log start offset among the in-sync replicas (DeleteRecords waits
-    /// on it); -1 while a follower's is unknown.
-    low: watch::Sender<i64>,
-    /// The leader as this replica knows it (-1 once the log is taken out): writes waiting for
-    /// the ISR give up as soon as this broker no longer leads.
-    leader: watch::Sender<i32>,
+    marks: watch::Sender<Marks>,
 }
 
 /// Why a wait for the high watermark ended without reaching it.
@@ -184,26 +185,36 @@ fn gone() -> BrokerError {
 
 impl Partition {
     pub fn new(topic: Arc<str>, index: i32, root: usize, node: i32, log: Log, replica: ReplicaState) -> Self {
-        let (hw, _) = watch::channel(log.high_watermark());
-        let (leo, _) = watch::channel(log.log_end_offset());
-        let (low, _) = watch::channel(replica.low_watermark(log.log_start_offset()));
-        let (leader, _) = watch::channel(replica.leader);
+        let (marks, _) = watch::channel(Marks {
+            high_watermark: log.high_watermark(),
+            log_end: log.log_end_offset(),
+            low_watermark: replica.low_watermark(log.log_start_offset()),
+            leader: replica.leader,
+        });
         Self {
             topic,
             index,
             root,
             node,
             inner: Mutex::new(Some(Inner { log, replica, verifications: Verifications::default() })),
-            hw,
-            leo,
-            low,
-            leader,
+            marks,
         }
     }
 
+    /// Changes the marks, waking waiters only if they changed.
+    fn mark(&self, f: impl FnOnce(&mut Marks)) {
+        self.marks.send_if_modified(|m| {
+            let before = *m;
+            f(m);
+            *m != before
+        });
+    }
+
     fn publish(&self, hw: i64, leo: i64) {
-        send_if_changed(&self.hw, hw);
-        send_if_changed(&self.leo, leo);
+        self.mark(|m| {
+            m.high_watermark = hw;
+            m.log_end = leo;
+        });
     }
 
     /// The leader's high watermark rule, applied after any change to the ISR or a follower.
@@ -427,8 +438,10 @@ impl Partition {
             let change = isr.map(|isr| propose(&mut i.replica, isr));
             Ok((change, self.advance_hw(i), i.low_watermark()))
         })?;
-        self.publish(hw.0, hw.1);
-        send_if_changed(&self.low, low);
+        self.mark(|m| {
+            (m.high_watermark, m.log_end) = hw;
+            m.low_watermark = low;
+        });
         Ok(change)
     }
 
@@ -440,7 +453,7 @@ impl Partition {
             let start = i.log.delete_records_before(target)?;
             Ok((start, i.low_watermark()))
         })?;
-        send_if_changed(&self.low, low);
+        self.mark(|m| m.low_watermark = low);
         Ok(start)
     }
 
@@ -448,9 +461,11 @@ impl Partition {
     /// later (DeleteRecords' low watermark, as Kafka's delayed DeleteRecords); returns whether it
     /// did, and the low watermark.
     pub async fn wait_low_watermark(&self, offset: i64, timeout: std::time::Duration) -> (bool, i64) {
-        let mut rx = self.low.subscribe();
-        let reached = matches!(tokio::time::timeout(timeout, rx.wait_for(|low| *low >= offset)).await, Ok(Ok(_)));
-        (reached, *rx.borrow())
+        let mut rx = self.marks.subscribe();
+        let reached =
+            matches!(tokio::time::timeout(timeout, rx.wait_for(|m| m.low_watermark >= offset)).await, Ok(Ok(_)));
+        let low = rx.borrow().low_watermark;
+        (reached, low)
     }
 
     /// Leader: the ISR without followers that have not caught up for `lag_ms`, if any is to go.
@@ -480,10 +495,6 @@ impl Partition {
         max_bytes: usize,
     ) -> Result<(ReadStart, Offsets), (BrokerError, Option<Offsets>)> {
         self.plan_read(offset, max_bytes, true, |o| o.log_end)
-    }
-
-    pub fn subscribe_log_end(&self) -> watch::Receiver<i64> {
-        self.leo.subscribe()
     }
 
     /// Follower: appends what the leader sent and takes its high watermark (never past the
@@ -537,8 +548,7 @@ impl Partition {
             Ok(Some((i.log.high_watermark(), i.log.log_end_offset())))
         })?;
         if let Some((hw, leo)) = moved {
-            self.hw.send_replace(hw);
-            self.leo.send_replace(leo);
+            self.marks.send_modify(|m| (m.high_watermark, m.log_end) = (hw, leo));
         }
         Ok(moved.is_some())
     }
@@ -561,9 +571,8 @@ impl Partition {
             let leo = i.log.truncate_to(offset, now_ms)?;
             Ok((i.log.high_watermark(), leo))
         })?;
-        // The watches only go forward for waiters; a truncated follower has none.
-        self.hw.send_replace(hw);
-        self.leo.send_replace(leo);
+        // The marks only go forward for waiters; a truncated follower has none.
+        self.marks.send_modify(|m| (m.high_watermark, m.log_end) = (hw, leo));
         Ok(leo)
     }
 
@@ -571,13 +580,12 @@ impl Partition {
     /// broker leads (Kafka's delayed produce answers NOT_LEADER_OR_FOLLOWER at once when the
     /// leadership moves).
     pub async fn wait_for_hw(&self, offset: i64, timeout: std::time::Duration) -> Result<(), HwWait> {
-        let mut hw = self.hw.subscribe();
-        let mut leader = self.leader.subscribe();
+        let mut rx = self.marks.subscribe();
         let node = self.node;
         let wait = async {
-            tokio::select! {
-                r = hw.wait_for(|hw| *hw >= offset) => if r.is_ok() { Ok(()) } else { Err(HwWait::NotLeader) },
-                _ = leader.wait_for(|l| *l != node) => Err(HwWait::NotLeader),
+            match rx.wait_for(|m| m.high_watermark >= offset || m.leader != node).await {
+                Ok(m) if m.high_watermark >= offset => Ok(()),
+                _ => Err(HwWait::NotLeader),
             }
         };
         tokio::time::timeout(timeout, wait).await.unwrap_or(Err(HwWait::TimedOut))
@@ -585,11 +593,11 @@ impl Partition {
 
     /// The high watermark now.
     pub fn high_watermark(&self) -> i64 {
-        *self.hw.borrow()
+        self.marks.borrow().high_watermark
     }
 
-    pub fn subscribe(&self) -> watch::Receiver<i64> {
-        self.hw.subscribe()
+    pub fn subscribe(&self) -> watch::Receiver<Marks> {
+        self.marks.subscribe()
     }
 
     /// Plans a fetch read up to the high watermark (`committed`: the last stable offset, for
@@ -639,13 +647,15 @@ impl Partition {
             i.replica.update(next, now_ms);
             Ok((self.advance_hw(i), i.low_watermark()))
         }) {
-            self.publish(hw, leo);
-            send_if_changed(&self.low, low);
-            self.leader.send_if_modified(|l| std::mem::replace(l, leader) != leader);
+            self.mark(|m| {
+                (m.high_watermark, m.log_end) = (hw, leo);
+                m.low_watermark = low;
+                m.leader = leader;
+            });
         }
     }
 
-    pub fn set_config(&self, config: LogConfig) {
+    pub fn set_config(&self, config: Arc<LogConfig>) {
         let _ = self.with(|i| {
             i.log.set_config(config);
             Ok(())
@@ -655,7 +665,7 @@ impl Partition {
     /// Takes the log out (topic deletion or shutdown); later calls answer UNKNOWN_TOPIC_OR_PARTITION.
     pub fn take_log(&self) -> Option<Log> {
         let log = self.inner.lock().take().map(|i| i.log);
-        self.leader.send_replace(-1);
+        self.marks.send_modify(|m| m.leader = -1);
         log
     }
 }

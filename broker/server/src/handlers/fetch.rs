@@ -26,7 +26,7 @@ use oxbow_meta::acl::Operation;
 use super::Ctx;
 use crate::broker::Topic;
 use crate::errors::BrokerError;
-use crate::partition::Partition;
+use crate::partition::{Marks, Partition};
 use crate::stats::{Purgatory, TopicCounters};
 
 /// A partition the request asks for, resolved once.
@@ -250,16 +250,18 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
     let read_committed = req.isolation_level == 1;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0));
     loop {
-        // Subscribe before reading so that an append between the read and the wait wakes us.
-        let mut watchers: Vec<watch::Receiver<i64>> = wants
+        // Subscribe before reading so that an append between the read and the wait wakes us. A
+        // follower waits for the log end to move, a consumer for the high watermark.
+        let mark: fn(&Marks) -> i64 = if follower.is_some() { |m| m.log_end } else { |m| m.high_watermark };
+        let mut watchers: Vec<(watch::Receiver<Marks>, i64)> = wants
             .iter()
-            .filter_map(|w| {
-                w.target.as_ref().ok().map(|p| if follower.is_some() { p.subscribe_log_end() } else { p.subscribe() })
+            .filter_map(|w| w.target.as_ref().ok())
+            .map(|p| {
+                let mut rx = p.subscribe();
+                let seen = mark(&rx.borrow_and_update());
+                (rx, seen)
             })
             .collect();
-        for w in &mut watchers {
-            w.borrow_and_update();
-        }
         let pass = read_once(ctx, &wants, &topics, max_total, read_committed, follower);
         let done = pass.total >= min_bytes || pass.any_error || watchers.is_empty();
         if done || tokio::time::Instant::now() >= deadline {
@@ -269,7 +271,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
         // further effect, so the connection's next request may start during the wait.
         ctx.applied.fire();
         let parked = ctx.broker.stats.waiting(Purgatory::Fetch);
-        let changed = select_all(watchers.iter_mut().map(|w| Box::pin(w.changed())));
+        let changed = select_all(watchers.iter_mut().map(|(rx, seen)| Box::pin(rx.wait_for(|m| mark(m) != *seen))));
         let woken = tokio::time::timeout_at(deadline, changed).await;
         drop(parked);
         if woken.is_err() {

@@ -12,6 +12,7 @@ use oxbow_protocol::messages::fetch_response::{FetchableTopicResponse, Partition
 use oxbow_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 
 use super::*;
+use crate::partition::HwWait;
 use crate::quota::ReplicationQuota;
 use crate::replica::ReplicaState;
 
@@ -382,4 +383,39 @@ async fn a_replica_that_no_longer_leads_refuses_writes_before_its_view_says_so()
         .expect_err("a follower takes no client write");
     assert!(matches!(e, BrokerError::NotLeader(_)), "{e:?}");
     assert_eq!(log_end(&part), 7);
+}
+
+/// A partition's high watermark, log end and leader share one watch channel: a write waiting
+/// for the in-sync replicas (acks=all) waits for the high watermark alone (the leader's own
+/// appends move only the log end), completes when a follower's fetch moves it, and gives up
+/// as soon as another broker leads.
+#[tokio::test]
+async fn a_write_waiting_for_the_isr_wakes_on_its_high_watermark_or_a_new_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let part = follower(&dir, &[(0, 0, 5)], 5);
+    part.set_replica(follower_state(ME, 1), 0);
+    let write = || {
+        let records = batch(-1, 0, 2);
+        let batches = oxbow_log::batch::validate_produce(&records, usize::MAX).unwrap();
+        part.append(&records, &batches, None, 0, None, oxbow_log::Flush::Now).expect("the leader takes a write");
+    };
+    write();
+    assert_eq!((log_end(&part), part.high_watermark()), (7, 5));
+    assert_eq!(part.wait_for_hw(7, Duration::from_millis(50)).await, Err(HwWait::TimedOut));
+    write();
+    assert_eq!((log_end(&part), part.high_watermark()), (9, 5), "the log end moved, the high watermark did not");
+
+    let waiter = |offset| {
+        let part = part.clone();
+        tokio::spawn(async move { part.wait_for_hw(offset, Duration::from_secs(60)).await })
+    };
+    let acked = waiter(7);
+    part.follower_fetched(LEADER, 7, 0, 0).unwrap();
+    assert_eq!(acked.await.unwrap(), Ok(()));
+    assert_eq!(part.high_watermark(), 7);
+
+    let given_up = waiter(9);
+    tokio::task::yield_now().await;
+    part.set_replica(follower_state(LEADER, 2), 0);
+    assert_eq!(given_up.await.unwrap(), Err(HwWait::NotLeader));
 }
