@@ -563,9 +563,8 @@ impl Log {
         self.sealed.keys().copied().chain(std::iter::once(self.active.core.base_offset)).collect()
     }
 
-    /// Moves the high watermark (the replication layer decides where; it never passes the log
-    /// end and never goes backwards here).
-    /// Nor past an owed flush ([`Flush::Owed`]).
+    /// Moves the high watermark (the replication layer decides where). Here it never goes
+    /// backwards, nor past the log end or an owed flush ([`Flush::Owed`]).
     pub fn set_high_watermark(&mut self, hw: i64) {
         let end = self.owed_from.unwrap_or_else(|| self.log_end_offset());
         self.high_watermark = hw.clamp(self.high_watermark.min(end), end);

@@ -357,7 +357,6 @@ impl Partition {
         txn: Option<TxnWrite>,
         flush: Flush,
     ) -> Result<AppendResult, BrokerError> {
-        let may_fsync = flush == Flush::Now && self.with(|i| Ok(i.log.config().flush_messages != i64::MAX))?;
         let append = || {
             let (result, hw) = self.with(|i| {
                 i.check_leader(self.node, &self.topic, self.index)?;
@@ -379,7 +378,17 @@ impl Partition {
             self.publish(hw.0, hw.1);
             Ok(result)
         };
-        if may_fsync { tokio::task::block_in_place(append) } else { append() }
+        if flush == Flush::Now { self.may_fsync(append) } else { append() }
+    }
+
+    /// Runs `append`, which fsyncs if `flush.messages` calls for it, where the async runtime
+    /// allows blocking when that is set (the runtime's worker is not held up otherwise).
+    fn may_fsync<R>(&self, append: impl FnOnce() -> R) -> R {
+        if self.with(|i| Ok(i.log.config().flush_messages != i64::MAX)).unwrap_or(false) {
+            tokio::task::block_in_place(append)
+        } else {
+            append()
+        }
     }
 
     /// Leader: drops verification guards older than `max_age_ms`.
@@ -398,14 +407,16 @@ impl Partition {
         min_insync: Option<i32>,
         now_ms: i64,
     ) -> Result<AppendResult, BrokerError> {
-        let (result, hw) = self.with(|i| {
-            i.check_leader(self.node, &self.topic, self.index)?;
-            i.check_min_insync(min_insync)?;
-            let epoch = i.replica.leader_epoch;
-            let Marker { producer_id, producer_epoch, coordinator_epoch, commit } = marker;
-            let r = i.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit, epoch, now_ms)?;
-            i.verifications.marker_appended(producer_id, producer_epoch);
-            Ok((r, self.advance_hw(i)))
+        let (result, hw) = self.may_fsync(|| {
+            self.with(|i| {
+                i.check_leader(self.node, &self.topic, self.index)?;
+                i.check_min_insync(min_insync)?;
+                let epoch = i.replica.leader_epoch;
+                let Marker { producer_id, producer_epoch, coordinator_epoch, commit } = marker;
+                let r = i.log.append_marker(producer_id, producer_epoch, coordinator_epoch, commit, epoch, now_ms)?;
+                i.verifications.marker_appended(producer_id, producer_epoch);
+                Ok((r, self.advance_hw(i)))
+            })
         })?;
         self.publish(hw.0, hw.1);
         Ok(result)
@@ -512,7 +523,7 @@ impl Partition {
         leader_log_start: i64,
         now_ms: i64,
     ) -> Result<i64, BrokerError> {
-        let (hw, leo) = self.with(|i| {
+        let (hw, leo) = self.may_fsync(|| self.with(|i| {
             i.check_following(from)?;
             i.log.append_as_follower(records, now_ms)?;
             let leo = i.log.log_end_offset();
@@ -524,7 +535,7 @@ impl Partition {
                 tracing::warn!(topic = %self.topic, partition = self.index, start, error = %e, "cannot move the log start to the leader's");
             }
             Ok((i.log.high_watermark(), leo))
-        })?;
+        }))?;
         self.publish(hw, leo);
         Ok(leo)
     }
