@@ -17,6 +17,7 @@
 //! an unknown API or unsupported version (other than ApiVersions) closes that connection only.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
@@ -139,7 +140,9 @@ async fn serve(
         return Box::pin(connection(rd, wr, peer, session, security, broker, limits, token)).await;
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
-    let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+    // Boxed, as the other steps that only some connections take: a connection's futures are
+    // as large as their largest state, and every idle connection would carry this one.
+    let stream = match Box::pin(tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(ConnError::Refused(format!("TLS handshake failed: {e}"))),
         Err(_) => return Err(ConnError::Refused("TLS handshake timed out".into())),
@@ -262,7 +265,9 @@ where
     }));
     let (tx, mut rx) = mpsc::channel::<Frame>(max_inflight);
     let reader = tokio::spawn(read_frames(rd, tx, limits, max_frame.clone(), token));
-    let mut pending = FuturesOrdered::new();
+    // Boxed: FuturesOrdered keeps a stub task of its future type, which would make every
+    // connection, idle or not, hold a request's whole state machine (about 5 KiB).
+    let mut pending: FuturesOrdered<Pin<Box<dyn Future<Output = Answer> + Send>>> = FuturesOrdered::new();
     // The request whose effects are not yet applied: the next one starts when it fires its
     // signal or finishes (see `handlers::Applied`), so requests of one connection take effect in
     // order while their waits (replication, long polls) overlap and their answers stay pipelined.
@@ -275,7 +280,7 @@ where
         if pending.is_empty()
             && let Some(f) = held.take()
         {
-            match authenticate(&broker, &security, &mut auth, f, peer, &mut wr).await {
+            match Box::pin(authenticate(&broker, &security, &mut auth, f, peer, &mut wr)).await {
                 Ok(true) => {
                     max_frame.store(broker.config.socket_request_max_bytes, Ordering::Relaxed);
                     continue;
@@ -297,11 +302,11 @@ where
                     let (broker, session) = (broker.clone(), auth.session.clone());
                     let applied = Arc::new(handlers::Applied::default());
                     applying = Some(applied.clone());
-                    pending.push_back(async move {
+                    pending.push_back(Box::pin(async move {
                         let r = handlers::dispatch(&broker, f.body, peer, &session, &applied).await;
                         drop(f._permits);
                         r
-                    });
+                    }));
                 }
                 None => reading = false,
             },
