@@ -97,6 +97,22 @@ fn floor<E: Entry>(bytes: &[u8], n: usize, key: i64) -> Option<E> {
     (lo > 0).then(|| entry_at(bytes, lo - 1))
 }
 
+/// Largest offset-index entry whose position is <= `position`: positions grow with offsets, so
+/// the same binary search works by position (where a read of so many bytes may end).
+pub fn floor_by_position(oi: &impl IndexView<OffsetEntry>, position: u64) -> Option<OffsetEntry> {
+    let (bytes, n) = (oi.bytes(), oi.len());
+    let (mut lo, mut hi) = (0usize, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if u64::from(entry_at::<OffsetEntry>(bytes, mid).position) <= position {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    (lo > 0).then(|| entry_at(bytes, lo - 1))
+}
+
 /// Checks that keys and offsets only grow and that positions (for the offset index) stay inside
 /// the log file. Any violation means the file is not trusted and gets rebuilt.
 fn sanity_check<E: Entry>(bytes: &[u8], n: usize, max_position: Option<u64>) -> std::result::Result<(), String> {

@@ -37,4 +37,4 @@ pub mod txn_state;
 
 pub use config::{LogConfig, TargetCompression};
 pub use error::{BatchError, LogError};
-pub use log::{AppendResult, Flush, Log, OpenOptions, ReadPlan, ReadStart, RecoveryReport};
+pub use log::{AppendResult, FileSlice, Flush, Log, OpenOptions, ReadPlan, ReadStart, RecoveryReport};

@@ -30,7 +30,7 @@ pub use flush::{Flush, PlannedFlush, flush_stats, record_flush};
 mod read;
 mod txn;
 
-pub use read::{ReadPlan, ReadStart};
+pub use read::{FileSlice, ReadPlan, ReadStart};
 
 /// How a log is opened.
 #[derive(Debug, Clone, Copy)]

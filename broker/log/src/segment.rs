@@ -204,6 +204,20 @@ fn position_of(base: i64, oi: &impl IndexView<OffsetEntry>, offset: i64) -> u64 
     oi.lookup(offset - base).map_or(0, |e| u64::from(e.position))
 }
 
+/// Where a read starting at the batch at `from` can begin looking for its end, from the offset
+/// index alone: a batch start at or after `from` such that every batch between them ends by
+/// `limit` (bytes) and lies below `max_offset`. `from` when the index knows nothing closer.
+fn end_hint(core: &SegmentCore, oi: &impl IndexView<OffsetEntry>, from: u64, limit: u64, max_offset: i64) -> u64 {
+    // An entry is the position where a batch starts, keyed by that batch's last offset.
+    let by_position = crate::index::floor_by_position(oi, limit).map_or(from, |e| u64::from(e.position));
+    let by_offset = if max_offset >= core.next_offset {
+        u64::MAX
+    } else {
+        oi.lookup(max_offset - 1 - core.base_offset).map_or(from, |e| u64::from(e.position))
+    };
+    by_position.min(by_offset).max(from)
+}
+
 /// Position to start scanning for the first record with timestamp >= `ts`.
 fn position_for_time(base: i64, oi: &impl IndexView<OffsetEntry>, ti: &impl IndexView<TimeEntry>, ts: i64) -> u64 {
     ti.lookup(ts).map_or(0, |t| position_of(base, oi, base + i64::from(t.rel_offset)))
@@ -440,6 +454,11 @@ impl ActiveSegment {
         position_for_time(self.core.base_offset, &self.offset_index, &self.time_index, ts)
     }
 
+    /// See [`end_hint`].
+    pub fn end_hint(&self, from: u64, limit: u64, max_offset: i64) -> u64 {
+        end_hint(&self.core, &self.offset_index, from, limit, max_offset)
+    }
+
     /// Seals the segment: final time index entry, indexes trimmed and reopened read-only. No
     /// fsync (the partition lock is held): the log file and transaction index are synced with
     /// the sealed segment ([`SealedSegment::sync`], or by the flusher through `Log::pending_flush`)
@@ -561,6 +580,11 @@ impl SealedSegment {
 
     pub fn lookup_time(&self, ts: i64) -> u64 {
         position_for_time(self.core.base_offset, &self.offset_index, &self.time_index, ts)
+    }
+
+    /// See [`end_hint`].
+    pub fn end_hint(&self, from: u64, limit: u64, max_offset: i64) -> u64 {
+        end_hint(&self.core, &self.offset_index, from, limit, max_offset)
     }
 
     /// fsyncs the log file and the transaction index.

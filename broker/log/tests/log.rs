@@ -804,3 +804,46 @@ fn a_reopened_log_starts_at_its_checkpointed_high_watermark() -> R {
     assert_eq!(reopen(None)?, 10);
     Ok(())
 }
+
+/// `locate` (headers only, from the index's hint) finds exactly the batches `execute` reads, for
+/// every start, byte limit, offset limit and both index densities, in sealed and active segments.
+#[test]
+fn locate_finds_the_batches_execute_reads() -> R {
+    for interval in [256, 4096] {
+        let d = tempfile::tempdir()?;
+        let config = LogConfig { segment_bytes: 96 * 1024, index_interval_bytes: interval, ..LogConfig::default() };
+        let mut log = open(d.path(), config, true, 0);
+        let mut ends = Vec::new();
+        for i in 0..120i64 {
+            // batch sizes from ~100 B to ~12 KiB, irregular
+            let (n, payload) = (1 + (i * 7) % 5, 20 + ((i * 613) % 2400) as usize);
+            append(&mut log, n, 1000 + i, payload);
+            ends.push(log.log_end_offset());
+        }
+        assert!(log.segment_count() > 2, "must span sealed segments");
+        let leo = log.log_end_offset();
+        for max_offset in [leo, ends[100], ends[57] - 1, ends[3]] {
+            for offset in (0..leo).step_by(3) {
+                for max_bytes in [1usize, 61, 700, 5_000, 20_000, 70_000, 1 << 20] {
+                    for min_one in [false, true] {
+                        let plan = match log.read(offset, max_bytes, max_offset, min_one)? {
+                            ReadStart::Empty => continue,
+                            ReadStart::Plan(p) => p,
+                        };
+                        let bytes = plan.execute()?;
+                        let slice = plan.locate()?;
+                        let at = format!(
+                            "interval {interval} offset {offset} max_bytes {max_bytes} max_offset {max_offset} min_one {min_one}"
+                        );
+                        assert_eq!(slice.len, bytes.len(), "{at}");
+                        assert_eq!(slice.read()?, bytes.to_vec(), "{at}");
+                        if let Some((_, h)) = oxbow_log::batch::BatchIter::new(&bytes).last() {
+                            assert_eq!(slice.next_offset, h.next_offset(), "{at}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

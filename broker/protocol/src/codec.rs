@@ -4,8 +4,9 @@
 //! version; responses use header v0 or v1 the same way, except ApiVersions, whose response
 //! header is always v0 (KIP-511) so that a client can read it whatever version it asked for.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{self, ApiKey, RequestHeader};
+use kafka_protocol::protocol::buf::ByteBufMut;
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::ProtocolError;
@@ -43,20 +44,60 @@ pub fn encode_response<T: Encodable>(
     correlation_id: i32,
     body: &T,
 ) -> Result<BytesMut, ProtocolError> {
-    let err = |reason: String| ProtocolError::Encode { api, version, reason };
-    let header_version = if api == ApiKey::ApiVersions { 0 } else { api.response_header_version(version) };
-    let body_size = body.compute_size(version).map_err(|e| err(e.to_string()))?;
-    let header_size = if header_version >= 1 { 5 } else { 4 };
-    let total = header_size + body_size;
-    let size = i32::try_from(total).map_err(|_| err(format!("response of {total} bytes")))?;
-    let mut buf = BytesMut::with_capacity(4 + total);
-    buf.put_i32(size);
-    buf.put_i32(correlation_id);
-    if header_version >= 1 {
-        buf.put_u8(0); // no tagged fields in the response header
-    }
-    body.encode(&mut buf, version).map_err(|e| err(e.to_string()))?;
+    let frame = Frame::of(api, version, body)?;
+    let mut buf = BytesMut::with_capacity(4 + frame.size as usize);
+    frame.encode(correlation_id, body, &mut buf)?;
     Ok(buf)
+}
+
+/// [`encode_response`] into any buffer (one that keeps some fields' bytes by reference).
+pub fn encode_response_into<T: Encodable, B: ByteBufMut>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &T,
+    buf: &mut B,
+) -> Result<(), ProtocolError> {
+    Frame::of(api, version, body)?.encode(correlation_id, body, buf)
+}
+
+/// A response frame's size and header version.
+struct Frame {
+    api: ApiKey,
+    version: i16,
+    header_version: i16,
+    /// The size prefix: header and body.
+    size: i32,
+}
+
+impl Frame {
+    fn of<T: Encodable>(api: ApiKey, version: i16, body: &T) -> Result<Self, ProtocolError> {
+        let err = |reason: String| ProtocolError::Encode { api, version, reason };
+        let header_version = if api == ApiKey::ApiVersions { 0 } else { api.response_header_version(version) };
+        let body_size = body.compute_size(version).map_err(|e| err(e.to_string()))?;
+        let header_size = if header_version >= 1 { 5 } else { 4 };
+        let total = header_size + body_size;
+        let size = i32::try_from(total).map_err(|_| err(format!("response of {total} bytes")))?;
+        Ok(Self { api, version, header_version, size })
+    }
+
+    fn encode<T: Encodable, B: ByteBufMut>(
+        &self,
+        correlation_id: i32,
+        body: &T,
+        buf: &mut B,
+    ) -> Result<(), ProtocolError> {
+        buf.put_i32(self.size);
+        buf.put_i32(correlation_id);
+        if self.header_version >= 1 {
+            buf.put_u8(0); // no tagged fields in the response header
+        }
+        body.encode(buf, self.version).map_err(|e| ProtocolError::Encode {
+            api: self.api,
+            version: self.version,
+            reason: e.to_string(),
+        })
+    }
 }
 
 /// A request decoded into its typed body (only APIs in the version table).

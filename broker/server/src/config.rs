@@ -152,6 +152,8 @@ pub struct BrokerConfig {
     pub max_connections: usize,
     pub max_inflight_per_connection: usize,
     pub shutdown_timeout_ms: u64,
+    /// `oxbow.fetch.zero.copy`
+    pub fetch_zero_copy: bool,
     /// `num.recovery.threads.per.data.dir` times the number of log dirs.
     pub recovery_threads: usize,
     /// `log.cleaner.enable`
@@ -504,6 +506,7 @@ impl BrokerConfig {
             max_connections: req_int("max.connections")? as usize,
             max_inflight_per_connection: req_int("oxbow.max.inflight.requests.per.connection")? as usize,
             shutdown_timeout_ms: req_int("oxbow.shutdown.timeout.ms")? as u64,
+            fetch_zero_copy: bool_("oxbow.fetch.zero.copy"),
             recovery_threads,
             cleaner_enable: bool_("log.cleaner.enable"),
             cleaner_backoff_ms: req_int("log.cleaner.backoff.ms")? as u64,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Context;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use opentelemetry::KeyValue;
 use oxbow_protocol::codec::{AnyRequest, decode_any, encode_response};
@@ -21,6 +21,7 @@ use crate::broker::Broker;
 use crate::errors::ConnError;
 use crate::security::Session;
 use crate::trace::{self, Span};
+use crate::zero_copy::{self, Response};
 
 mod access;
 mod acls;
@@ -103,7 +104,7 @@ pub async fn dispatch(
     peer: std::net::SocketAddr,
     session: &Session,
     applied: &Applied,
-) -> Result<Option<BytesMut>, ConnError> {
+) -> Result<Option<Response>, ConnError> {
     let peek = peek_header(&frame)?;
     let Ok(api) = ApiKey::try_from(peek.api_key) else {
         return Err(ConnError::Refused(format!("unknown API key {}", peek.api_key)));
@@ -115,7 +116,7 @@ pub async fn dispatch(
             let mut resp = ApiVersionsResponse::default();
             resp.error_code = crate::errors::BrokerError::UnsupportedVersion(String::new()).code();
             resp.api_keys = api_versions::ranges();
-            return Ok(Some(encode_response(api, 0, peek.correlation_id, &resp)?));
+            return Ok(Some(Response::Bytes(encode_response(api, 0, peek.correlation_id, &resp)?)));
         }
         return Err(ConnError::Refused(format!("unsupported version {v} of {api:?}")));
     }
@@ -130,18 +131,21 @@ pub async fn dispatch(
     macro_rules! answer {
         ($fut:expr) => {{
             let resp = $fut.await;
-            Ok(Some(encode_response(api, v, corr, &resp)?))
+            Ok(Some(Response::Bytes(encode_response(api, v, corr, &resp)?)))
         }};
     }
-    let out: Result<Option<BytesMut>, ConnError> = async {
+    let out: Result<Option<Response>, ConnError> = async {
         match req {
             AnyRequest::ApiVersions(r) => answer!(api_versions::handle(&ctx, r)),
             AnyRequest::Metadata(r) => answer!(metadata::handle(&ctx, r)),
             AnyRequest::Produce(r) => match produce::handle(&ctx, r).await {
-                Some(resp) => Ok(Some(encode_response(api, v, corr, &resp)?)),
+                Some(resp) => Ok(Some(Response::Bytes(encode_response(api, v, corr, &resp)?))),
                 None => Ok(None),
             },
-            AnyRequest::Fetch(r) => answer!(fetch::handle(&ctx, r)),
+            AnyRequest::Fetch(r) => {
+                let (resp, slices) = fetch::handle(&ctx, r).await;
+                Ok(Some(zero_copy::encode_response(api, v, corr, &resp, slices)?))
+            }
             AnyRequest::ListOffsets(r) => answer!(list_offsets::handle(&ctx, r)),
             AnyRequest::OffsetForLeaderEpoch(r) => answer!(epochs::handle(&ctx, r)),
             AnyRequest::CreateTopics(r) => answer!(admin::create_topics(&ctx, r)),

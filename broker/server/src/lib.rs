@@ -59,6 +59,7 @@ pub mod topic_config;
 pub mod trace;
 pub mod txn_coordinator;
 pub mod verification;
+pub mod zero_copy;
 
 use std::future::Future;
 use std::net::SocketAddr;

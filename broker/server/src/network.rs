@@ -27,7 +27,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesOrdered;
 use oxbow_protocol::frame;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
@@ -39,6 +39,7 @@ use crate::errors::ConnError;
 use crate::handlers;
 use crate::security::sasl::{self, Authenticator};
 use crate::security::{ListenerRuntime, Principal, Session};
+use crate::zero_copy::{self, Output, Response};
 
 /// Global limits shared by all connections.
 pub struct Limits {
@@ -199,7 +200,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
     }
 }
 
-type Answer = Result<Option<BytesMut>, ConnError>;
+type Answer = Result<Option<Response>, ConnError>;
 
 enum Step {
     /// The request being applied fired its signal and goes on waiting.
@@ -249,7 +250,7 @@ async fn connection<R, W>(
 ) -> Result<(), ConnError>
 where
     R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin,
+    W: Output,
 {
     let max_inflight = broker.config.max_inflight_per_connection;
     let sec = &broker.config.security;
@@ -318,7 +319,7 @@ where
                     }
                     match r {
                         Ok(Some(resp)) => {
-                            if let Err(e) = wr.write_all(&resp).await {
+                            if let Err(e) = zero_copy::write(&mut wr, &resp).await {
                                 break Err(e.into());
                             }
                         }
@@ -342,7 +343,7 @@ where
 
 /// Runs one frame through the SASL authenticator (nothing else is in flight). `Ok(true)`: the
 /// connection has just authenticated.
-async fn authenticate<W: AsyncWrite + Unpin>(
+async fn authenticate<W: Output>(
     broker: &Arc<Broker>,
     security: &ListenerRuntime,
     auth: &mut Auth,
@@ -360,8 +361,8 @@ async fn authenticate<W: AsyncWrite + Unpin>(
         }
         sasl::Step::Dispatch => {
             let applied = handlers::Applied::default();
-            if let Some(b) = handlers::dispatch(broker, frame.body, peer, &auth.session, &applied).await? {
-                wr.write_all(&b).await?;
+            if let Some(resp) = handlers::dispatch(broker, frame.body, peer, &auth.session, &applied).await? {
+                zero_copy::write(wr, &resp).await?;
             }
             Ok(false)
         }

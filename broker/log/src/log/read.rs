@@ -23,6 +23,62 @@ pub struct ReadPlan {
     max_bytes: usize,
     max_offset: i64,
     min_one: bool,
+    /// From the segment's offset index: where [`ReadPlan::locate`] starts looking for the end.
+    end_hint: u64,
+    /// The segment's next offset when planned (the offset after the batch ending at `end`).
+    next_offset: i64,
+}
+
+/// Whole batches of one segment file, located without reading their records: what a fetch
+/// sends from the page cache to the socket (`sendfile`). The file is held open, so retention or
+/// compaction deleting it does not change what the slice reads.
+#[derive(Debug, Clone)]
+pub struct FileSlice {
+    pub file: Arc<File>,
+    pub path: PathBuf,
+    pub pos: u64,
+    pub len: usize,
+    /// The offset after the slice's last batch: the base offset of the batch that follows it, or
+    /// the segment's next offset (an upper bound for the aborted transactions it may hold).
+    pub next_offset: i64,
+}
+
+impl FileSlice {
+    /// The slice's bytes (for a listener that cannot send from the file: TLS).
+    pub fn read(&self) -> Result<Vec<u8>> {
+        read_at(&self.file, &self.path, self.pos, self.len)
+    }
+}
+
+/// Bytes read per header lookup while locating a read's end: batch headers that follow one
+/// another closely (small batches) come from one read.
+const HEADER_WINDOW: usize = 8 * 1024;
+
+/// Batch headers of a file, read through a small window.
+struct Headers<'a> {
+    plan: &'a ReadPlan,
+    at: u64,
+    buf: Vec<u8>,
+}
+
+impl Headers<'_> {
+    /// The header of the batch at `pos` (which lies below the plan's end).
+    fn at(&mut self, pos: u64) -> Result<BatchHeader> {
+        let have = pos >= self.at && pos + HEADER_LEN as u64 <= self.at + self.buf.len() as u64;
+        if !have {
+            let want = HEADER_WINDOW.min((self.plan.end - pos) as usize).max(HEADER_LEN);
+            self.buf = read_at(&self.plan.file, &self.plan.path, pos, want)?;
+            self.at = pos;
+        }
+        let from = (pos - self.at) as usize;
+        match BatchHeader::parse(&self.buf[from..]) {
+            Some(h) if h.total_size() >= HEADER_LEN => Ok(h),
+            _ => Err(LogError::Corrupt {
+                path: self.plan.path.clone(),
+                reason: format!("at byte {pos}: bad batch header"),
+            }),
+        }
+    }
 }
 
 impl ReadPlan {
@@ -58,6 +114,39 @@ impl ReadPlan {
         buf.truncate(end);
         Ok(Bytes::from(buf))
     }
+
+    /// The same batches [`ReadPlan::execute`] would read, located by their headers only: from
+    /// the index's hint, headers are read until a batch would pass `max_bytes` or reach
+    /// `max_offset`, so the records themselves stay in the page cache.
+    pub fn locate(&self) -> Result<FileSlice> {
+        let limit = self.end.min(self.pos.saturating_add(self.max_bytes as u64));
+        let mut headers = Headers { plan: self, at: 0, buf: Vec::new() };
+        let mut at = self.end_hint.clamp(self.pos, limit.max(self.pos));
+        let mut next_offset = self.next_offset;
+        while at + HEADER_LEN as u64 <= self.end {
+            let h = headers.at(at)?;
+            if h.base_offset >= self.max_offset || at + h.total_size() as u64 > limit {
+                next_offset = h.base_offset;
+                if at == self.pos
+                    && self.min_one
+                    && h.base_offset < self.max_offset
+                    && at + h.total_size() as u64 <= self.end
+                {
+                    at += h.total_size() as u64;
+                    next_offset = h.next_offset();
+                }
+                break;
+            }
+            at += h.total_size() as u64;
+        }
+        Ok(FileSlice {
+            file: self.file.clone(),
+            path: self.path.clone(),
+            pos: self.pos,
+            len: (at - self.pos) as usize,
+            next_offset,
+        })
+    }
 }
 
 /// Result of planning a read.
@@ -79,6 +168,7 @@ impl Log {
         if offset >= max_offset {
             return Ok(ReadStart::Empty);
         }
+        let limit = |core: &segment::SegmentCore, pos: u64| core.size.min(pos.saturating_add(max_bytes as u64));
         let mut found = None;
         for seg in self
             .sealed
@@ -92,16 +182,18 @@ impl Log {
                 continue;
             }
             if let Some((pos, _)) = seg.core.find_batch(offset, seg.lookup_position(offset))? {
-                found = Some((&seg.core, pos));
+                let hint = seg.end_hint(pos, limit(&seg.core, pos), max_offset);
+                found = Some((&seg.core, pos, hint));
                 break;
             }
         }
         if found.is_none()
             && let Some((pos, _)) = self.active.core.find_batch(offset, self.active.lookup_position(offset))?
         {
-            found = Some((&self.active.core, pos));
+            let hint = self.active.end_hint(pos, limit(&self.active.core, pos), max_offset);
+            found = Some((&self.active.core, pos, hint));
         }
-        let Some((core, pos)) = found else { return Ok(ReadStart::Empty) };
+        let Some((core, pos, end_hint)) = found else { return Ok(ReadStart::Empty) };
         Ok(ReadStart::Plan(ReadPlan {
             file: core.file.clone(),
             path: core.log_path.clone(),
@@ -110,6 +202,8 @@ impl Log {
             max_bytes,
             max_offset,
             min_one,
+            end_hint,
+            next_offset: core.next_offset,
         }))
     }
 

@@ -742,6 +742,12 @@ pub const KEYS: &[KeyDef] = &[
         doc: "Pipelined requests read from one connection before its responses are written (answers stay in order).",
     },
     KeyDef {
+        name: "oxbow.fetch.zero.copy",
+        default: Some("true"),
+        kind: Kind::Bool,
+        doc: "Fetch answers on PLAINTEXT listeners send their records from the page cache to the socket with sendfile, without copying them through the broker's memory (TLS listeners read them, to encrypt). false: every fetch reads its records into memory first (for measuring, or filesystems without sendfile).",
+    },
+    KeyDef {
         name: "oxbow.shutdown.timeout.ms",
         default: Some("30000"),
         kind: Kind::Int { min: 0, max: I32 },

@@ -1,6 +1,10 @@
 //! Fetch: whole batches from the batch containing the fetch offset, bounded by the high
 //! watermark and the request's byte limits, with long polling on `max_wait_ms`/`min_bytes`.
 //!
+//! The records stay in their segment files: each partition's answer is a slice of one, located by
+//! batch headers and sent from the page cache when the answer is written ([`crate::zero_copy`]),
+//! unless `oxbow.fetch.zero.copy` is off (then they are read into the answer).
+//!
 //! Sessions (KIP-227): the broker answers every fetch sessionless (session id 0), which is
 //! always valid; clients then keep sending full fetch requests.
 //!
@@ -16,7 +20,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::select_all;
-use oxbow_log::ReadStart;
+use oxbow_log::{FileSlice, LogError, ReadPlan, ReadStart};
 use oxbow_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use oxbow_protocol::messages::{FetchRequest, FetchResponse};
 use tokio::sync::watch;
@@ -28,6 +32,7 @@ use crate::broker::Topic;
 use crate::errors::BrokerError;
 use crate::partition::{Marks, Partition};
 use crate::stats::{Purgatory, TopicCounters};
+use crate::zero_copy;
 
 /// A partition the request asks for, resolved once.
 struct Want {
@@ -57,6 +62,8 @@ struct Pass {
     /// Of those, bytes of throttled partitions (the leader's replication throttle counts them).
     throttled: usize,
     any_error: bool,
+    /// Records left in their files, in the order of the response's partitions.
+    slices: Vec<FileSlice>,
 }
 
 fn empty_partition(index: i32) -> PartitionData {
@@ -84,6 +91,8 @@ fn read_once(
     let mut read = vec![0usize; wants.len()];
     let mut throttled = 0usize;
     let mut any_error = false;
+    let mut slices = Vec::new();
+    let zero_copy = ctx.broker.config.fetch_zero_copy;
     let now = crate::clock::now_ms();
     let hold_throttled = wants.iter().any(|w| w.throttle_applies) && ctx.broker.quotas.leader.exceeded(now);
     for (i, w) in wants.iter().enumerate() {
@@ -120,15 +129,16 @@ fn read_once(
                             && (budget > 0 || min_one)
                             && !(w.throttle_applies && hold_throttled)
                         {
-                            match plan.execute() {
-                                Ok(bytes) => {
-                                    total += bytes.len();
-                                    read[i] += bytes.len();
+                            match records(&plan, zero_copy) {
+                                Ok((records, slice, upper)) => {
+                                    let n = records.len();
+                                    total += n;
+                                    read[i] += n;
                                     if w.throttled {
-                                        throttled += bytes.len();
+                                        throttled += n;
                                     }
                                     if read_committed {
-                                        match aborted_in(p, w.fetch_offset, &bytes) {
+                                        match aborted_in(p, w.fetch_offset, upper) {
                                             Ok(list) => pd.aborted_transactions = Some(list),
                                             Err(e) => {
                                                 pd.error_code = e.code();
@@ -136,7 +146,8 @@ fn read_once(
                                             }
                                         }
                                     }
-                                    pd.records = Some(bytes);
+                                    pd.records = Some(records);
+                                    slices.extend(slice);
                                 }
                                 Err(e) => {
                                     let e: BrokerError = e.into();
@@ -160,14 +171,32 @@ fn read_once(
         }
         out[w.topic_slot].partitions.push(pd);
     }
-    Pass { topics: out, total, read, throttled, any_error }
+    Pass { topics: out, total, read, throttled, any_error, slices }
 }
 
-/// The aborted transactions a read_committed consumer needs to filter `bytes`, read from
-/// `fetch_offset`: those overlapping the fetched range (Kafka bounds it the same way, by the
-/// offset after the last batch returned).
-fn aborted_in(p: &Partition, fetch_offset: i64, bytes: &Bytes) -> Result<Vec<AbortedTransaction>, BrokerError> {
-    let Some(upper) = oxbow_log::batch::BatchIter::new(bytes).last().map(|(_, h)| h.next_offset()) else {
+/// The records of a planned read: a placeholder for a slice of the segment file (zero copy) or
+/// the bytes read, and the offset after the last batch (None: no batch).
+fn records(plan: &ReadPlan, zero_copy: bool) -> Result<(Bytes, Option<FileSlice>, Option<i64>), LogError> {
+    if zero_copy {
+        let slice = plan.locate()?;
+        if slice.len == 0 {
+            return Ok((Bytes::new(), None, None));
+        }
+        if let Some(placeholder) = zero_copy::placeholder(slice.len) {
+            let upper = slice.next_offset;
+            return Ok((placeholder, Some(slice), Some(upper)));
+        }
+    }
+    let bytes = plan.execute()?;
+    let upper = oxbow_log::batch::BatchIter::new(&bytes).last().map(|(_, h)| h.next_offset());
+    Ok((bytes, None, upper))
+}
+
+/// The aborted transactions a read_committed consumer needs to filter the records read from
+/// `fetch_offset` up to `upper` (the offset after the last batch returned; None: no batch):
+/// those overlapping the fetched range, as Kafka bounds it.
+fn aborted_in(p: &Partition, fetch_offset: i64, upper: Option<i64>) -> Result<Vec<AbortedTransaction>, BrokerError> {
+    let Some(upper) = upper else {
         return Ok(Vec::new());
     };
     Ok(p.aborted_transactions(fetch_offset, upper)?
@@ -181,8 +210,9 @@ fn aborted_in(p: &Partition, fetch_offset: i64, bytes: &Bytes) -> Result<Vec<Abo
         .collect())
 }
 
-/// The response of the pass that ends the fetch; its bytes are counted (metrics, throttle).
-fn answer(ctx: &Ctx<'_>, mut resp: FetchResponse, pass: Pass, wants: &[Want]) -> FetchResponse {
+/// The response of the pass that ends the fetch, with the file slices its records fields stand
+/// for; its bytes are counted (metrics, throttle).
+fn answer(ctx: &Ctx<'_>, mut resp: FetchResponse, pass: Pass, wants: &[Want]) -> (FetchResponse, Vec<FileSlice>) {
     ctx.broker.stats.fetched(pass.total as u64);
     for (w, n) in wants.iter().zip(&pass.read) {
         if let Some(c) = w.counters.as_ref().filter(|_| *n > 0) {
@@ -191,15 +221,16 @@ fn answer(ctx: &Ctx<'_>, mut resp: FetchResponse, pass: Pass, wants: &[Want]) ->
     }
     ctx.broker.quotas.leader.record(pass.throttled, crate::clock::now_ms());
     resp.responses = pass.topics;
-    resp
+    (resp, pass.slices)
 }
 
-pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> FetchResponse {
+/// The response, and the file slices its records fields stand for ([`crate::zero_copy`]).
+pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> (FetchResponse, Vec<FileSlice>) {
     let b = ctx.broker;
     let mut resp = FetchResponse::default();
     if req.session_id != 0 {
         resp.error_code = BrokerError::FetchSessionNotFound.code();
-        return resp;
+        return (resp, Vec::new());
     }
     let by_id = ctx.version >= 13;
     let replica = if ctx.version >= 15 { req.replica_state.replica_id.0 } else { req.replica_id.0 };
