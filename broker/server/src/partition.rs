@@ -7,6 +7,7 @@
 //! and executed outside it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use oxbow_log::batch::ValidBatch;
 use oxbow_log::log::PlannedFlush;
@@ -113,6 +114,9 @@ pub struct Partition {
     node: i32,
     inner: Mutex<Option<Inner>>,
     marks: watch::Sender<Marks>,
+    /// The log's `flush.messages` is set, so an append may fsync: kept beside the lock so that
+    /// deciding where an append runs ([`Partition::may_fsync`]) does not take it.
+    may_sync: AtomicBool,
 }
 
 /// Why a wait for the high watermark ended without reaching it.
@@ -183,6 +187,11 @@ fn gone() -> BrokerError {
     BrokerError::UnknownTopic("partition was deleted".into())
 }
 
+/// Whether appends under `config` may fsync (`flush.messages` set).
+fn syncs_appends(config: &LogConfig) -> bool {
+    config.flush_messages != i64::MAX
+}
+
 impl Partition {
     pub fn new(topic: Arc<str>, index: i32, root: usize, node: i32, log: Log, replica: ReplicaState) -> Self {
         let (marks, _) = watch::channel(Marks {
@@ -196,6 +205,7 @@ impl Partition {
             index,
             root,
             node,
+            may_sync: AtomicBool::new(syncs_appends(log.config())),
             inner: Mutex::new(Some(Inner { log, replica, verifications: Verifications::default() })),
             marks,
         }
@@ -384,11 +394,7 @@ impl Partition {
     /// Runs `append`, which fsyncs if `flush.messages` calls for it, where the async runtime
     /// allows blocking when that is set (the runtime's worker is not held up otherwise).
     fn may_fsync<R>(&self, append: impl FnOnce() -> R) -> R {
-        if self.with(|i| Ok(i.log.config().flush_messages != i64::MAX)).unwrap_or(false) {
-            tokio::task::block_in_place(append)
-        } else {
-            append()
-        }
+        if self.may_sync.load(Ordering::Relaxed) { tokio::task::block_in_place(append) } else { append() }
     }
 
     /// Leader: drops verification guards older than `max_age_ms`.
@@ -668,6 +674,7 @@ impl Partition {
 
     pub fn set_config(&self, config: Arc<LogConfig>) {
         let _ = self.with(|i| {
+            self.may_sync.store(syncs_appends(&config), Ordering::Relaxed);
             i.log.set_config(config);
             Ok(())
         });
