@@ -4,6 +4,7 @@
     tests/bench/run --out docs/benchmarks.md            # the full benchmark (tens of minutes)
     tests/bench/run --smoke --out /tmp/bench-smoke.md   # the smoke run in tests/run-all
     tests/bench/run --only-tls --out /tmp/bench-tls.md  # produce and consume over TLS alone
+    tests/bench/run --only-consume --out /tmp/c.md      # C and Java consumers, zero copy on and off
 
 Each round starts one broker with a fresh data dir, runs every workload on it, measures peak RSS,
 then SIGKILLs it and times the restart (recovery); rounds alternate Oxbow, Kafka, Oxbow, ... and
@@ -359,6 +360,12 @@ class Results:
     def add(self, workload: str, metric: str, unit: str, better: str, broker: str, value: float) -> None:
         self.values.setdefault((workload, metric, unit, better), {}).setdefault(broker, []).append(value)
 
+    def copy_last(self, workload: str, to: str, broker: str) -> None:
+        """Adds `broker`'s latest value of every metric of `workload` to workload `to` as well."""
+        for (w, metric, unit, better), per in list(self.values.items()):
+            if w == workload and per.get(broker):
+                self.add(to, metric, unit, better, broker, per[broker][-1])
+
 
 def run_produce_rdkafka(b: Broker, w: Produce, topic: str, res: Results) -> None:
     create_topic(b, topic, w.partitions, w.replicas)
@@ -419,19 +426,40 @@ def run_produce(b: Broker, cp: str, w: Produce, topic: str, res: Results, create
     res.add(w.name, "broker CPU per GB written", "CPU s/GB", "lower", b.name, (cpu1 - cpu0) / gb)
 
 
-def run_consume(b: Broker, cp: str, topic: str, records: int, res: Results) -> None:
+def children_cpu() -> float:
+    """CPU seconds of every child process this one has waited for (the load generators)."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_consume(b: Broker, cp: str, topic: str, records: int, res: Results, name: str = "") -> None:
+    """Reads `records` 1 KiB records of `topic` from the beginning with AssignConsumerPerf (Java);
+    `name` set: reported under it with the broker's and the client's CPU per GB read."""
+    cpu0, _ = b.stats()
+    client0 = children_cpu()
     out = java_tool(cp, "io.oxbow.bench.AssignConsumerPerf", [b.bootstrap(), topic, str(records)])
+    cpu1, _ = b.stats()
+    client1 = children_cpu()
     m = re.search(r"mb_per_sec=([\d.]+) msg_per_sec=([\d.]+)", out)
     if not m:
         raise RuntimeError(f"cannot parse AssignConsumerPerf output: {out}")
-    res.add(f"consume 1024B, {records} records", "fetch.MB.sec", "MB/s", "higher", b.name, float(m.group(1)))
+    if not name:
+        res.add(f"consume 1024B, {records} records", "fetch.MB.sec", "MB/s", "higher", b.name, float(m.group(1)))
+        return
+    gb = records * 1024 / 1e9
+    res.add(name, "throughput", "MB/s", "higher", b.name, float(m.group(1)))
+    res.add(name, "broker CPU per GB read", "CPU s/GB", "lower", b.name, (cpu1 - cpu0) / gb)
+    res.add(name, "client CPU per GB read", "CPU s/GB", "lower", b.name, (client1 - client0) / gb)
 
 
-def run_consume_rdkafka(b: Broker, topic: str, w: Produce, tls: bool, res: Results) -> None:
+def run_consume_rdkafka(b: Broker, topic: str, w: Produce, tls: bool, res: Results, name: str = "") -> None:
     """Reads the `w.records` records `w` wrote to `topic` from the beginning with rdkafka_performance
     (legacy consumer, every partition started on one queue, librdkafka's fetch defaults), over the
-    SSL listener if `tls`. Timed by the tool from the first record to the last."""
+    SSL listener if `tls`. Timed by the tool from the first record to the last. `name` set: reported
+    under it, with the client's CPU per GB read as well."""
     cpu0, _ = b.stats()
+    client0 = children_cpu()
     cmd = [RDKAFKA_PERF, "-C", "-t", topic, "-b", b.tls_bootstrap() if tls else b.bootstrap(),
            "-o", "beginning", "-c", str(w.records), "-q"]
     for p in range(w.partitions):
@@ -442,15 +470,91 @@ def run_consume_rdkafka(b: Broker, topic: str, w: Produce, tls: bool, res: Resul
             cmd += ["-X", f"{k}={v}"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     cpu1, _ = b.stats()
+    client1 = children_cpu()
     out = r.stdout + r.stderr
     m = re.search(r"(\d+) messages \((\d+) bytes\) consumed in (\d+)ms: (\d+) msgs/s", out)
     if r.returncode != 0 or not m or int(m.group(1)) != w.records or int(m.group(2)) != w.records * w.size:
         raise RuntimeError(f"rdkafka_performance -C failed ({r.returncode}): {out[-2000:]}")
     ms = max(int(m.group(3)), 1)
-    name = f"consume {w.size}B, {w.records} records, p={w.partitions}{' TLS' if tls else ''} (librdkafka)"
+    gb = w.records * w.size / 1e9
+    name = name or f"consume {w.size}B, {w.records} records, p={w.partitions}{' TLS' if tls else ''} (librdkafka)"
     res.add(name, "throughput", "records/s", "higher", b.name, w.records * 1000 / ms)
     res.add(name, "throughput", "MB/s", "higher", b.name, w.records * w.size * 1000 / ms / 2**20)
-    res.add(name, "broker CPU per GB read", "CPU s/GB", "lower", b.name, (cpu1 - cpu0) / (w.records * w.size / 1e9))
+    res.add(name, "broker CPU per GB read", "CPU s/GB", "lower", b.name, (cpu1 - cpu0) / gb)
+    if ", alone" in name:
+        res.add(name, "client CPU per GB read", "CPU s/GB", "lower", b.name, (client1 - client0) / gb)
+
+
+def loopback_ceiling(seconds: float = 2.0) -> float:
+    """MiB/s one TCP connection carries over loopback, memory to memory (1 MiB sends into 1 MiB
+    receives, both ends in this process on two threads): the ceiling a consumer can approach."""
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    got = [0]
+
+    def sink() -> None:
+        conn, _ = srv.accept()
+        buf = memoryview(bytearray(1 << 20))
+        with conn:
+            while n := conn.recv_into(buf):
+                got[0] += n
+
+    t = threading.Thread(target=sink)
+    t.start()
+    data = bytes(1 << 20)
+    with socket.create_connection(srv.getsockname()) as c:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            c.sendall(data)
+    t.join()
+    elapsed = time.monotonic() - t0
+    srv.close()
+    return got[0] / elapsed / 2**20
+
+
+def consume_round(cls, binary_cp: str, workdir: Path, args, res: Results) -> None:
+    """A fresh broker: --consume-records records of 1 KiB written by rdkafka_performance (acks=1,
+    uncompressed) to a 1-partition and a 16-partition topic and synced, then each topic read from
+    the beginning by rdkafka_performance -C and by AssignConsumerPerf, from the page cache. Before
+    the broker starts, the loopback ceiling (one TCP connection, memory to memory).
+
+    Then Oxbow restarts with `oxbow.fetch.zero.copy=false` (records read into memory, then
+    written) and the C consumer reads both topics again: zero copy off vs on, same run. Kafka
+    has no such switch (PLAINTEXT fetches always use sendfile): its rows "zero copy off" repeat
+    its one measurement, so that their ratio is Oxbow without zero copy vs Kafka."""
+    res.add("loopback TCP, one connection, memory to memory", "throughput", "MB/s", "higher", cls.name,
+            loopback_ceiling())
+    b = cls(workdir, binary_cp)
+    written = []
+    try:
+        b.start()
+        for parts in (1, 16):
+            w = Produce(1024, "1", parts, "none", args.consume_records, "librdkafka")
+            topic = f"bench-consume-p{parts}"
+            log(f"{b.name}: writing {w.records} records to {topic}")
+            # not run_produce: its page-cache drop would evict the topic written before
+            run_produce_rdkafka(b, w, topic, Results())  # the produce rounds report produce
+            written.append((w, topic))
+        subprocess.run(["sync"], check=False)  # written back, still cached: every read below is from memory
+        for w, topic in written:
+            parts = w.partitions
+            log(f"{b.name}: consume {topic} (librdkafka, then java)")
+            name = f"consume 1024B p={parts}, alone (librdkafka)"
+            run_consume_rdkafka(b, topic, w, False, res, name)
+            if cls is not Oxbow:
+                res.copy_last(name, name.replace(", alone (", ", alone, zero copy off ("), b.name)
+            run_consume(b, binary_cp, topic, w.records, res, f"consume 1024B p={parts}, alone (java)")
+        if cls is Oxbow:
+            b.stop()
+            b.extra = {**b.extra, "oxbow.fetch.zero.copy": "false"}
+            b.start()
+            for w, topic in written:
+                log(f"{b.name}: consume {topic} with zero copy off (librdkafka)")
+                run_consume_rdkafka(b, topic, w, False, res, f"consume 1024B p={w.partitions}, alone, zero copy off (librdkafka)")
+    finally:
+        b.stop()
+        b.kill()
 
 
 def run_latency(b: Broker, cp: str, rate: int, seconds: int, res: Results, replicas: int = 1, where: str = "") -> None:
@@ -1002,6 +1106,9 @@ def main() -> int:
     ap.add_argument("--only-recovery", action="store_true",
                     help="only the recovery workload (fill --recovery-gb on a fresh broker, SIGKILL, restart)")
     ap.add_argument("--only-txn", action="store_true", help="only the transactional workloads")
+    ap.add_argument("--consume-records", type=int, default=2_000_000, help="1 KiB records per topic of the consume round")
+    ap.add_argument("--only-consume", action="store_true",
+                    help="only the consume round (1 KiB read by the C and the Java consumer, 1 and 16 partitions, from the page cache)")
     ap.add_argument("--only-tls", action="store_true",
                     help="only the TLS round (1 KiB produce and consume over TLS, with the same produce over PLAINTEXT)")
     ap.add_argument("--no-build", action="store_true", help="use the existing oxbow-broker binary")
@@ -1012,6 +1119,7 @@ def main() -> int:
         args.txn_records, args.open_txn_ids = 20_000, 20
         args.move_gb, args.move_throttle_mb = 0.02, 5.0
         args.scale_partitions, args.scale_connections = 200, 50
+        args.consume_records = 20_000
 
     t0 = time.monotonic()
     cp = java_classpath()
@@ -1045,6 +1153,8 @@ def main() -> int:
             # 3 rows per produce workload, 3 for latency
             ("only_replicated", "replicated (three nodes)", lambda cls, d: replicated_round(cls.name, cp, d, args, res), 6),
             (None, "produce, consume, latency, recovery", lambda cls, d: round_for(cls, cp, d, args, res, produce), 8),
+            # per topic: 4 rows per C consumer (on and off), 3 for Java; 1 for the ceiling
+            ("only_consume", "consume (C and Java consumers)", lambda cls, d: consume_round(cls, cp, d, args, res), 23),
             ("only_recovery", "recovery", lambda cls, d: recovery_round(cls, cp, d, args, res), 1),
             ("only_scale", "scale (many partitions and connections)", lambda cls, d: scale_round(cls, cp, d, args, res), 15),
             # 3 rows each for the TLS produce and the two consumes (+3 for the plaintext twin)
@@ -1089,6 +1199,7 @@ def main() -> int:
             f"durability: a fresh single node of each kind, Oxbow with log.flush.interval.messages=1 (every produce batch fsynced before it is acknowledged), Kafka with its default (no fsync policy); produce acks=all with idempotence, {args.records_1k} records of 1024 B, 1 and 16 partitions, uncompressed, both producers",
             f"replicated: three nodes of a kind on 127.0.0.1 (node 1 broker and the controller quorum, nodes 2 and 3 broker-only; Kafka with the JVM above on each), topics of replication factor 3 with min.insync.replicas=2, created and waited on until every replica is in sync; produce acks=all with idempotence ({args.records_1k} records of 1024 B, 1 and 16 partitions, uncompressed, both producers, settings above); broker CPU is the three processes' together, per GB of record payload (each GB is written three times); then the latency workload above on an RF 3 topic",
             f"scale: a fresh single node of each kind, one topic of {args.scale_partitions} partitions (RF 1) created 5,000 at a time (CreateTopics, then CreatePartitions: Kafka's controller refuses more than 10,000 records in one operation), timed until Metadata shows every partition led; RSS (VmRSS) idle and per partition over the empty broker; 50 Metadata v4 requests for that topic on one connection, each timed until its answer is read whole; ProducerPerformance, {args.records_1k} records of 1024 B, acks=1, across all partitions (the Java client's built-in partitioner, settings above); a clean restart (SIGTERM) timed until every partition is led again; then {args.scale_connections} client connections opened, each after an ApiVersions v0 exchange, and left idle: the RSS they add, and the latency workload above on a new one-partition topic while they stay open",
+            f"consume: a fresh single node of each kind, {args.consume_records} records of 1024 B written by rdkafka_performance (acks=1, uncompressed, the producer settings above) to a 1-partition and a 16-partition topic, each then read from the beginning, from the page cache, by rdkafka_performance -C (librdkafka's fetch defaults, timed by the tool from the first record to the last) and by AssignConsumerPerf (as above; timed from before its first poll); broker and client CPU per GB read; the loopback ceiling: one TCP connection of this machine, memory to memory, 1 MiB writes (Python, two threads)",
             f"reassignment: two nodes of a kind (node 1 broker and the controller quorum, node 2 broker-only; Kafka with the JVM above on each), one partition of {args.move_gb} GiB of 1 KiB records on node 1 moved to node 2 with kafka-reassign-partitions --execute, then back with --throttle {args.move_throttle_mb} MiB/s; time from launching the tool (its JVM start included, the same for both) until Metadata shows the new replica alone and in sync",
         ],
         "smoke": args.smoke,
