@@ -5,6 +5,7 @@
     tests/bench/run --smoke --out /tmp/bench-smoke.md   # the smoke run in tests/run-all
     tests/bench/run --only-tls --out /tmp/bench-tls.md  # produce and consume over TLS alone
     tests/bench/run --only-consume --out /tmp/c.md      # C and Java consumers, zero copy on and off
+    tests/bench/run --only-groups --out /tmp/g.md       # rebalances of a 50-member group, three protocols
 
 Each round starts one broker with a fresh data dir, runs every workload on it, measures peak RSS,
 then SIGKILLs it and times the restart (recovery); rounds alternate Oxbow, Kafka, Oxbow, ... and
@@ -160,8 +161,11 @@ class Broker:
     name = "?"
     #: Environment variables the broker process gets on top of this one's.
     env: dict[str, str] = {}
+    #: server.properties keys this run adds (the durability round's flush policy)
+    extra: dict[str, str] = {}
 
-    def __init__(self, workdir: Path, classpath: str, certs: Path | None = None):
+    def __init__(self, workdir: Path, classpath: str, certs: Path | None = None, extra: dict[str, str] | None = None):
+        self.extra = {**type(self).extra, **(extra or {})}
         self.workdir = workdir
         self.classpath = classpath
         self.port = free_port()
@@ -225,8 +229,6 @@ class Broker:
 class Oxbow(Broker):
     name = "oxbow"
     binary: Path = Path()
-    #: server.properties keys this run adds (the durability round's flush policy)
-    extra: dict[str, str] = {}
 
     def command(self) -> list[str]:
         o = {**COMMON, "listeners": f"PLAINTEXT://127.0.0.1:{self.port}", "log.dirs": str(self.data), **self.extra}
@@ -242,8 +244,8 @@ class Oxbow(Broker):
 class Kafka(Broker):
     name = "kafka"
 
-    def __init__(self, workdir: Path, classpath: str, certs: Path | None = None):
-        super().__init__(workdir, classpath, certs)
+    def __init__(self, workdir: Path, classpath: str, certs: Path | None = None, extra: dict[str, str] | None = None):
+        super().__init__(workdir, classpath, certs, extra)
         self.cport = free_port()
         self.props = workdir / "kafka-server.properties"
         self.log4j = workdir / "kafka-log4j.properties"
@@ -262,6 +264,7 @@ class Kafka(Broker):
             "transaction.state.log.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
             "default.replication.factor": "1",
+            **self.extra,
         }
         if certs:
             conf["listeners"] += f",SSL://127.0.0.1:{self.ssl_port}"
@@ -552,6 +555,45 @@ def consume_round(cls, binary_cp: str, workdir: Path, args, res: Results) -> Non
             for w, topic in written:
                 log(f"{b.name}: consume {topic} with zero copy off (librdkafka)")
                 run_consume_rdkafka(b, topic, w, False, res, f"consume 1024B p={w.partitions}, alone, zero copy off (librdkafka)")
+    finally:
+        b.stop()
+        b.kill()
+
+
+#: Group settings of the groups round, both brokers: the consumer protocol's heartbeat and
+#: session as the classic members set theirs (Kafka's minimums lowered to allow them), and no
+#: initial rebalance delay.
+GROUP_SETTINGS = {
+    "group.consumer.session.timeout.ms": "10000",
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.heartbeat.interval.ms": "500",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+
+def groups_round(cls, binary_cp: str, workdir: Path, args, res: Results) -> None:
+    """A fresh broker, a topic of twice --group-members partitions, and for each protocol (classic
+    eager, classic cooperative, KIP-848) a group of --group-members Java consumers
+    (io.oxbow.bench.GroupRebalance): the time for the group to form, for one more member to get
+    its partitions, and for the group to own everything again after one member is SIGKILLed."""
+    b = cls(workdir, binary_cp, extra=GROUP_SETTINGS)
+    n = args.group_members
+    try:
+        b.start()
+        topic, parts = "bench-groups", 2 * n
+        create_topic(b, topic, parts)
+        for protocol in ("eager", "cooperative", "consumer"):
+            log(f"{b.name}: a group of {n} members, {protocol}")
+            out = java_tool(binary_cp, "io.oxbow.bench.GroupRebalance", [b.bootstrap(), topic, str(parts), protocol, str(n)],
+                            timeout=900)
+            m = re.search(r"form_ms=(\d+) join_ms=(\d+) die_ms=(\d+)", out)
+            if not m:
+                raise RuntimeError(f"cannot parse GroupRebalance output: {out}")
+            w = f"group of {n} members, {parts} partitions ({protocol})"
+            res.add(w, "all members own partitions, from the first subscribe", "ms", "lower", b.name, float(m.group(1)))
+            res.add(w, "rebalance: one member joins", "ms", "lower", b.name, float(m.group(2)))
+            res.add(w, "rebalance: one member SIGKILLed (session 10 s)", "ms", "lower", b.name, float(m.group(3)))
     finally:
         b.stop()
         b.kill()
@@ -1106,6 +1148,9 @@ def main() -> int:
     ap.add_argument("--only-recovery", action="store_true",
                     help="only the recovery workload (fill --recovery-gb on a fresh broker, SIGKILL, restart)")
     ap.add_argument("--only-txn", action="store_true", help="only the transactional workloads")
+    ap.add_argument("--group-members", type=int, default=50, help="members of the groups round's group")
+    ap.add_argument("--only-groups", action="store_true",
+                    help="only the groups round (rebalance time of a group, three protocols, one member joining and one SIGKILLed)")
     ap.add_argument("--consume-records", type=int, default=2_000_000, help="1 KiB records per topic of the consume round")
     ap.add_argument("--only-consume", action="store_true",
                     help="only the consume round (1 KiB read by the C and the Java consumer, 1 and 16 partitions, from the page cache)")
@@ -1120,6 +1165,7 @@ def main() -> int:
         args.move_gb, args.move_throttle_mb = 0.02, 5.0
         args.scale_partitions, args.scale_connections = 200, 50
         args.consume_records = 20_000
+        args.group_members = 4
 
     t0 = time.monotonic()
     cp = java_classpath()
@@ -1155,6 +1201,8 @@ def main() -> int:
             (None, "produce, consume, latency, recovery", lambda cls, d: round_for(cls, cp, d, args, res, produce), 8),
             # per topic: 4 rows per C consumer (on and off), 3 for Java; 1 for the ceiling
             ("only_consume", "consume (C and Java consumers)", lambda cls, d: consume_round(cls, cp, d, args, res), 23),
+            # 3 rows per protocol
+            ("only_groups", "groups (rebalances)", lambda cls, d: groups_round(cls, cp, d, args, res), 9),
             ("only_recovery", "recovery", lambda cls, d: recovery_round(cls, cp, d, args, res), 1),
             ("only_scale", "scale (many partitions and connections)", lambda cls, d: scale_round(cls, cp, d, args, res), 15),
             # 3 rows each for the TLS produce and the two consumes (+3 for the plaintext twin)
@@ -1200,6 +1248,7 @@ def main() -> int:
             f"replicated: three nodes of a kind on 127.0.0.1 (node 1 broker and the controller quorum, nodes 2 and 3 broker-only; Kafka with the JVM above on each), topics of replication factor 3 with min.insync.replicas=2, created and waited on until every replica is in sync; produce acks=all with idempotence ({args.records_1k} records of 1024 B, 1 and 16 partitions, uncompressed, both producers, settings above); broker CPU is the three processes' together, per GB of record payload (each GB is written three times); then the latency workload above on an RF 3 topic",
             f"scale: a fresh single node of each kind, one topic of {args.scale_partitions} partitions (RF 1) created 5,000 at a time (CreateTopics, then CreatePartitions: Kafka's controller refuses more than 10,000 records in one operation), timed until Metadata shows every partition led; RSS (VmRSS) idle and per partition over the empty broker; 50 Metadata v4 requests for that topic on one connection, each timed until its answer is read whole; ProducerPerformance, {args.records_1k} records of 1024 B, acks=1, across all partitions (the Java client's built-in partitioner, settings above); a clean restart (SIGTERM) timed until every partition is led again; then {args.scale_connections} client connections opened, each after an ApiVersions v0 exchange, and left idle: the RSS they add, and the latency workload above on a new one-partition topic while they stay open",
             f"consume: a fresh single node of each kind, {args.consume_records} records of 1024 B written by rdkafka_performance (acks=1, uncompressed, the producer settings above) to a 1-partition and a 16-partition topic, each then read from the beginning, from the page cache, by rdkafka_performance -C (librdkafka's fetch defaults, timed by the tool from the first record to the last) and by AssignConsumerPerf (as above; timed from before its first poll); broker and client CPU per GB read; the loopback ceiling: one TCP connection of this machine, memory to memory, 1 MiB writes (Python, two threads)",
+            "groups: a fresh single node of each kind with " + ", ".join(f"{k}={v}" for k, v in GROUP_SETTINGS.items()) + f"; a topic of {2 * args.group_members} partitions; per protocol (classic eager with RangeAssignor, classic cooperative with CooperativeStickyAssignor, both session.timeout.ms=10000 and heartbeat.interval.ms=500; KIP-848 group.protocol=consumer with the broker's assignor) a new group of {args.group_members} Java consumers (io.oxbow.bench.GroupRebalance: {args.group_members - 1} in one JVM, one thread each polling every 50 ms, one in a child JVM): time until all own partitions (each at least one, none twice), then one more member subscribes (time until all {args.group_members + 1} own partitions), then the child JVM is SIGKILLed (time until the {args.group_members} left own every partition; includes the 10 s session timeout)",
             f"reassignment: two nodes of a kind (node 1 broker and the controller quorum, node 2 broker-only; Kafka with the JVM above on each), one partition of {args.move_gb} GiB of 1 KiB records on node 1 moved to node 2 with kafka-reassign-partitions --execute, then back with --throttle {args.move_throttle_mb} MiB/s; time from launching the tool (its JVM start included, the same for both) until Metadata shows the new replica alone and in sync",
         ],
         "smoke": args.smoke,
