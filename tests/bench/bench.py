@@ -295,6 +295,15 @@ def java_tool(classpath: str, main: str, args: list[str], timeout: int = 1800) -
     return r.stdout
 
 
+def java_result(classpath: str, main: str, args: list[str], pattern: str, timeout: int = 1800) -> re.Match:
+    """Runs a Java load generator and matches its result line."""
+    out = java_tool(classpath, main, args, timeout)
+    m = re.search(pattern, out)
+    if not m:
+        raise RuntimeError(f"cannot parse {main} output: {out}")
+    return m
+
+
 def create_topic(broker, topic: str, partitions: int, replicas: int = 1, timeout: float = 60) -> None:
     """Creates `topic` and waits until every partition has a leader and, replicated, all its
     replicas in sync; with more than one replica, min.insync.replicas is one less."""
@@ -585,11 +594,8 @@ def groups_round(cls, binary_cp: str, workdir: Path, args, res: Results) -> None
         create_topic(b, topic, parts)
         for protocol in ("eager", "cooperative", "consumer"):
             log(f"{b.name}: a group of {n} members, {protocol}")
-            out = java_tool(binary_cp, "io.oxbow.bench.GroupRebalance", [b.bootstrap(), topic, str(parts), protocol, str(n)],
-                            timeout=900)
-            m = re.search(r"form_ms=(\d+) join_ms=(\d+) die_ms=(\d+)", out)
-            if not m:
-                raise RuntimeError(f"cannot parse GroupRebalance output: {out}")
+            m = java_result(binary_cp, "io.oxbow.bench.GroupRebalance", [b.bootstrap(), topic, str(parts), protocol, str(n)],
+                            r"form_ms=(\d+) join_ms=(\d+) die_ms=(\d+)", timeout=900)
             w = f"group of {n} members, {parts} partitions ({protocol})"
             res.add(w, "all members own partitions, from the first subscribe", "ms", "lower", b.name, float(m.group(1)))
             res.add(w, "rebalance: one member joins", "ms", "lower", b.name, float(m.group(2)))
@@ -603,10 +609,8 @@ def run_latency(b: Broker, cp: str, rate: int, seconds: int, res: Results, repli
     """End-to-end latency on a new one-partition topic; `where` names the conditions."""
     topic = "bench-latency"
     create_topic(b, topic, 1, replicas)
-    out = java_tool(cp, "io.oxbow.bench.FixedRateLatency", [b.bootstrap(), topic, str(rate), str(seconds), "1024", "all"])
-    m = re.search(r"p50_us=(\d+) p99_us=(\d+) p999_us=(\d+)", out)
-    if not m:
-        raise RuntimeError(f"cannot parse FixedRateLatency output: {out}")
+    m = java_result(cp, "io.oxbow.bench.FixedRateLatency", [b.bootstrap(), topic, str(rate), str(seconds), "1024", "all"],
+                    r"p50_us=(\d+) p99_us=(\d+) p999_us=(\d+)")
     w = f"end-to-end latency 1024B acks=all at {rate}/s" + (f" RF{replicas}" if replicas > 1 else "") + where
     for pct, v in zip(("p50", "p99", "p99.9"), m.groups()):
         res.add(w, pct, "µs", "lower", b.name, float(v))
@@ -618,10 +622,8 @@ def run_transactions(b: Broker, cp: str, records: int, sizes: list[int], open_id
     for size in sizes:
         topic = f"bench-txn-{size}"
         create_topic(b, topic, 1)
-        out = java_tool(cp, "io.oxbow.bench.TxnPerf", ["produce", b.bootstrap(), topic, str(records), str(size)])
-        m = re.search(r"records_per_sec=([\d.]+) mb_per_sec=([\d.]+)", out)
-        if not m:
-            raise RuntimeError(f"cannot parse TxnPerf output: {out}")
+        m = java_result(cp, "io.oxbow.bench.TxnPerf", ["produce", b.bootstrap(), topic, str(records), str(size)],
+                        r"records_per_sec=([\d.]+) mb_per_sec=([\d.]+)")
         w = f"transactional produce 1024B, transactions of {size} (java)"
         res.add(w, "throughput", "records/s", "higher", b.name, float(m.group(1)))
         res.add(w, "throughput", "MB/s", "higher", b.name, float(m.group(2)))
