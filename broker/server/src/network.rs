@@ -357,6 +357,7 @@ async fn authenticate<W: Output>(
     match authenticator.step(broker, sasl, frame.body.clone()) {
         sasl::Step::Reply(b) => {
             wr.write_all(&b).await?;
+            wr.flush().await?;
             Ok(false)
         }
         sasl::Step::Dispatch => {
@@ -373,6 +374,7 @@ async fn authenticate<W: Output>(
             let lifetime = broker.config.security.reauth_ms;
             auth.expires = (lifetime > 0).then(|| Instant::now() + Duration::from_millis(lifetime as u64));
             wr.write_all(&reply).await?;
+            wr.flush().await?;
             Ok(true)
         }
         sasl::Step::Close { reply, reason, failed_login } => {

@@ -185,10 +185,11 @@ pub trait Output: AsyncWrite + Unpin + Send {
     fn send_file(&mut self, s: &FileSlice) -> impl Future<Output = io::Result<()>> + Send;
 }
 
-/// Writes a response frame.
+/// Writes a response frame, flushed: a TLS stream may keep the end of what it accepted
+/// encrypted in its buffer when the socket is full, and the client would wait for it.
 pub async fn write<W: Output>(w: &mut W, resp: &Response) -> io::Result<()> {
     match resp {
-        Response::Bytes(b) => w.write_all(b).await,
+        Response::Bytes(b) => w.write_all(b).await?,
         Response::Parts(parts) => {
             for p in parts {
                 match p {
@@ -196,9 +197,9 @@ pub async fn write<W: Output>(w: &mut W, resp: &Response) -> io::Result<()> {
                     Part::File(s) => w.send_file(s).await?,
                 }
             }
-            Ok(())
         }
     }
+    w.flush().await
 }
 
 /// PLAINTEXT: from the page cache to the socket.
