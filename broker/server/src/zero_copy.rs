@@ -32,6 +32,10 @@ use tokio::io::{AsyncWrite, AsyncWriteExt, Interest};
 /// The largest records field sent from a file; a larger one is read into memory.
 pub const MAX_SLICE: usize = 64 << 20;
 
+/// The smallest records field sent from a file: a smaller one is read into the frame, whose
+/// bytes then leave in one write (a tailing consumer's answers are a batch or two).
+pub const MIN_SLICE: usize = 16 << 10;
+
 /// Zeros never written and never read: only their addresses are. In `.bss`, so they take
 /// address space and neither memory nor room in the binary (the cell keeps them out of the
 /// read-only data, where an immutable static's bytes go).

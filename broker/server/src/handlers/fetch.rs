@@ -175,16 +175,20 @@ fn read_once(
 }
 
 /// The records of a planned read: a placeholder for a slice of the segment file (zero copy) or
-/// the bytes read, and the offset after the last batch (None: no batch).
+/// the bytes read, and the offset after the last batch (None: no batch). A slice smaller than
+/// [`zero_copy::MIN_SLICE`] is read: copying it costs less than sending it apart.
 fn records(plan: &ReadPlan, zero_copy: bool) -> Result<(Bytes, Option<FileSlice>, Option<i64>), LogError> {
     if zero_copy {
         let slice = plan.locate()?;
+        let upper = Some(slice.next_offset);
         if slice.len == 0 {
             return Ok((Bytes::new(), None, None));
         }
+        if slice.len < zero_copy::MIN_SLICE {
+            return Ok((Bytes::from(slice.read()?), None, upper));
+        }
         if let Some(placeholder) = zero_copy::placeholder(slice.len) {
-            let upper = slice.next_offset;
-            return Ok((placeholder, Some(slice), Some(upper)));
+            return Ok((placeholder, Some(slice), upper));
         }
     }
     let bytes = plan.execute()?;
