@@ -63,12 +63,16 @@ pub mod zero_copy;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use oxbow_meta::{Quorum, QuorumConfig};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+
+/// What ends [`Server::run`] and [`ControllerNode::run`], boxed so that their bodies are not generic.
+type Shutdown<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
 pub use broker::Broker;
 pub use config::{BrokerConfig, ConfigError};
@@ -221,7 +225,13 @@ impl Server {
     /// Serves until `shutdown` resolves; then stops accepting, finishes in-flight requests,
     /// tells the controller it is shutting down, stops background jobs and closes the logs
     /// cleanly.
-    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
+        self.serve(Box::pin(shutdown)).await
+    }
+
+    /// [`Server::run`]'s body. It is not generic, so it is compiled once, here, and not again in
+    /// every binary and test that calls `run`.
+    async fn serve(mut self, shutdown: Shutdown<'_>) -> anyhow::Result<()> {
         let token = CancellationToken::new();
         let mut jobs = JoinSet::new();
         tasks::spawn_all(&mut jobs, self.broker.clone(), token.clone());
@@ -309,7 +319,12 @@ impl ControllerNode {
     }
 
     /// Takes part in the quorum until `shutdown` resolves, then stops Raft cleanly.
-    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
+        self.serve(Box::pin(shutdown)).await
+    }
+
+    /// [`ControllerNode::run`]'s body, not generic (see [`Server::serve`]).
+    async fn serve(mut self, shutdown: Shutdown<'_>) -> anyhow::Result<()> {
         self.health.set(health::Phase::Serving);
         shutdown.await;
         self.health.set(health::Phase::ShuttingDown);

@@ -3,7 +3,7 @@
 //! shutdown that leaves no task behind.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

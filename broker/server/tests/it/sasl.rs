@@ -4,7 +4,7 @@
 //! frames before authentication. The real clients (Java, librdkafka) are in tests/java and
 //! tests/clients/test_security.py.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! Bad input over real sockets: the right error code or a closed connection, and a healthy
 //! broker afterwards serving other clients.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
