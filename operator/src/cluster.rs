@@ -378,7 +378,7 @@ async fn reconcile_cluster(cluster: Arc<Cluster>, ctx: Arc<Context>) -> Result<A
         Some(a) if observed.iter().any(|p| !p.up_to_date) => a.partition_isrs().await.ok(),
         _ => None,
     };
-    let mut decision = restart::plan(&observed, |p| {
+    let mut decision = restart::plan(&observed, ctx.settings.waits.restart_settle, |p| {
         restart::quorum_unsafe(p, controllers, quorum.as_ref())
             .or_else(|| restart::isr_unsafe(p, partitions.as_deref()))
     });

@@ -7,7 +7,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use kube::Client;
 use kube::runtime::events::Reporter;
-use oxbow_operator::cluster::{self, desired::Settings};
+use oxbow_operator::cluster::{
+    self,
+    desired::{Settings, Waits},
+};
 use oxbow_operator::crd::TelemetrySpec;
 use oxbow_operator::http::{self, Health};
 use oxbow_operator::k8s::Context;
@@ -16,6 +19,7 @@ use oxbow_operator::leader::LeaderElector;
 const USAGE: &str = "usage: oxbow-operator [--namespace NS[,NS...]]... [--broker-image IMAGE] [--cluster-domain DOMAIN]
                       [--lease NAME | --no-leader-election] [--http-listener ADDR|none]
                       [--broker-otlp-endpoint URL [--broker-export-interval SECONDS]]
+                      [--restart-settle SECONDS] [--secret-propagation SECONDS]
 
 Reconciles oxbow.io Cluster, Topic and User resources. Watches every namespace unless --namespace
 (or WATCH_NAMESPACE, comma-separated) names some. --http-listener (default 0.0.0.0:8080) serves
@@ -25,6 +29,10 @@ oxbow-operator) in POD_NAMESPACE, identified by POD_NAME; only the holder reconc
 POD_NAMESPACE and POD_NAME (outside a pod) or with --no-leader-election it reconciles at once.
 --broker-otlp-endpoint (an http:// or https:// URL) is where brokers of a Cluster without
 spec.telemetry send their metrics, every --broker-export-interval seconds (1 to 3600; default 60).
+--restart-settle (default 30): seconds a restarted broker is Ready before the next restarts, for
+clients' DNS caches to learn its new address. --secret-propagation (default 90): seconds the
+kubelets take to update a changed Secret in the pods that mount it (a clients CA key replacement
+waits this long between its steps). Both accept 0 to 3600.
 Logs: RUST_LOG (default info), JSON with LOG_FORMAT=json. Traces and metrics go out over
 OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set (OTEL_TRACES_EXPORTER=none or
 OTEL_METRICS_EXPORTER=none turns either off).";
@@ -37,6 +45,16 @@ struct Args {
     cluster_domain: String,
     lease: Option<String>,
     broker_telemetry: Option<TelemetrySpec>,
+    waits: Waits,
+}
+
+/// Whole seconds from 0 to 3600, for the flag `flag`.
+fn seconds(flag: &str, v: &str) -> Result<Duration, String> {
+    v.parse::<u64>()
+        .ok()
+        .filter(|s| *s <= 3600)
+        .map(Duration::from_secs)
+        .ok_or(format!("{flag} {v:?}: expected whole seconds from 0 to 3600"))
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -47,6 +65,7 @@ fn parse_args() -> Result<Args, String> {
         cluster_domain: "cluster.local".into(),
         lease: Some("oxbow-operator".into()),
         broker_telemetry: None,
+        waits: Waits::default(),
     };
     let mut export_interval = None;
     let mut args = std::env::args().skip(1);
@@ -89,6 +108,8 @@ fn parse_args() -> Result<Args, String> {
                         .ok_or(format!("--broker-export-interval {v:?}: expected whole seconds from 1 to 3600"))?,
                 );
             }
+            "--restart-settle" => out.waits.restart_settle = seconds(&flag, &value()?)?,
+            "--secret-propagation" => out.waits.secret_propagation = seconds(&flag, &value()?)?,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other}")),
         }
@@ -187,6 +208,7 @@ async fn run() -> anyhow::Result<()> {
             broker_image: args.broker_image,
             cluster_domain: args.cluster_domain,
             telemetry: args.broker_telemetry,
+            waits: args.waits,
         },
         reporter: Reporter { controller: "oxbow-operator".into(), instance: std::env::var("POD_NAME").ok() },
         metrics,

@@ -72,6 +72,12 @@ HELM_SET = [
     "--set", "image.repository=localhost/oxbow/oxbow-operator",
     "--set", "image.tag=dev",
     "--set", "brokerImage=localhost/oxbow/oxbow-broker:dev",
+    # The test cluster's kubelet syncs every 10 s (tests/k8s/up), not every minute: a Secret
+    # reaches the pods within 30 s. Rolls wait 10 s between restarts rather than 30: a client
+    # may then meet a stale DNS answer for a restarted broker and retry, which the rolls under
+    # load allow for (they count lost records, not stalls). The defaults add about 8 minutes.
+    "--set", "restartSettleSeconds=10",
+    "--set", "secretPropagationSeconds=30",
 ]
 
 

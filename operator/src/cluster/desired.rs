@@ -61,6 +61,26 @@ pub struct Settings {
     /// Where brokers of a Cluster without `spec.telemetry` send their metrics
     /// (`--broker-otlp-endpoint`); None: nowhere.
     pub telemetry: Option<TelemetrySpec>,
+    /// How long the operator waits for things Kubernetes does at its own pace.
+    pub waits: Waits,
+}
+
+/// Waits for things Kubernetes does at its own pace (`--restart-settle`,
+/// `--secret-propagation`). The defaults suit any cluster; a test cluster whose kubelet syncs
+/// more often may shorten them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waits {
+    /// How long a restarted broker is Ready before the next restarts ([`super::restart::SETTLE`]).
+    pub restart_settle: std::time::Duration,
+    /// How long a changed Secret takes to reach the files of the pods that mount it
+    /// ([`super::tls::PROPAGATION`]).
+    pub secret_propagation: std::time::Duration,
+}
+
+impl Default for Waits {
+    fn default() -> Self {
+        Waits { restart_settle: super::restart::SETTLE, secret_propagation: super::tls::PROPAGATION }
+    }
 }
 
 /// Every object a Cluster owns.

@@ -305,7 +305,12 @@ mod tests {
     }
 
     fn settings() -> Settings {
-        Settings { broker_image: "i".into(), cluster_domain: "cluster.local".into(), telemetry: None }
+        Settings {
+            broker_image: "i".into(),
+            cluster_domain: "cluster.local".into(),
+            telemetry: None,
+            waits: Default::default(),
+        }
     }
 
     /// What the API server would return: node ports allocated, load balancers per `lb`.

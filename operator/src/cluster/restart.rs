@@ -166,7 +166,8 @@ pub struct PodState {
     pub ready_for: Option<Duration>,
 }
 
-/// How long a restarted broker is Ready before the next restarts: longer than cluster DNS
+/// How long a restarted broker is Ready before the next restarts, by default (the operator's
+/// `--restart-settle`): longer than cluster DNS
 /// keeps its old address (kubeadm's CoreDNS answers with `ttl 30` and caches 30 s; the JVM
 /// caches 30 s). A broker restarts in a second or two; restarting the next at once could leave
 /// a client holding stale addresses for every broker it knows.
@@ -203,7 +204,8 @@ impl fmt::Display for Decision {
 
 /// Decides the next restart. `unsafe_to_restart(pod)` returns why restarting that pod now would
 /// lose availability or durability, or `None` if it is safe.
-pub fn plan(pods: &[PodState], unsafe_to_restart: impl Fn(&PodState) -> Option<String>) -> Decision {
+/// A restarted pod must have been Ready for `settle` before the next restarts ([`SETTLE`]).
+pub fn plan(pods: &[PodState], settle: Duration, unsafe_to_restart: impl Fn(&PodState) -> Option<String>) -> Decision {
     if let Some(p) = pods.iter().find(|p| p.terminating) {
         return Decision::Wait { reason: format!("{} is terminating", p.name) };
     }
@@ -220,13 +222,13 @@ pub fn plan(pods: &[PodState], unsafe_to_restart: impl Fn(&PodState) -> Option<S
     if let Some(p) = pods.iter().filter(|p| !p.ready).min_by_key(|p| p.ordinal) {
         return Decision::Wait { reason: format!("{} is not ready", p.name) };
     }
-    if let Some(p) = pods.iter().filter(|p| p.ready_for.is_some_and(|d| d < SETTLE)).min_by_key(|p| p.ordinal) {
+    if let Some(p) = pods.iter().filter(|p| p.ready_for.is_some_and(|d| d < settle)).min_by_key(|p| p.ordinal) {
         let secs = p.ready_for.unwrap_or_default().as_secs();
         return Decision::Wait {
             reason: format!(
                 "{} has been ready {secs} s; the next restart waits until {} s, so clients' DNS has its new address",
                 p.name,
-                SETTLE.as_secs()
+                settle.as_secs()
             ),
         };
     }
@@ -281,18 +283,18 @@ pub(crate) mod tests {
         let mut pods: Vec<PodState> = (0..3).map(|i| stale(pod(i))).collect();
         pods.extend((1000..1003).map(|i| stale(controller(i))));
         pods[3].active_controller = true;
-        assert_eq!(plan(&pods, safe), restart("c-controller-1001"));
+        assert_eq!(plan(&pods, SETTLE, safe), restart("c-controller-1001"));
         pods[4].up_to_date = true;
         pods[5].up_to_date = true;
         assert_eq!(
-            plan(&pods, safe),
+            plan(&pods, SETTLE, safe),
             Decision::Restart {
                 pod: "c-controller-1000".into(),
                 reason: "runs an old template or config; the active controller, restarted last".into()
             }
         );
         pods[3].up_to_date = true;
-        assert_eq!(plan(&pods, safe), restart("c-broker-0"));
+        assert_eq!(plan(&pods, SETTLE, safe), restart("c-broker-0"));
     }
 
     fn restart(p: &str) -> Decision {
@@ -307,10 +309,10 @@ pub(crate) mod tests {
     fn the_next_restart_waits_until_the_last_restarted_broker_has_been_ready_a_while() {
         let pods =
             [PodState { up_to_date: false, ..pod(0) }, PodState { ready_for: Some(Duration::from_secs(4)), ..pod(1) }];
-        let d = plan(&pods, safe);
+        let d = plan(&pods, SETTLE, safe);
         assert!(matches!(&d, Decision::Wait { reason } if reason.starts_with("c-broker-1 has been ready 4 s")), "{d}");
         let pods = [PodState { up_to_date: false, ..pod(0) }, PodState { ready_for: Some(SETTLE), ..pod(1) }];
-        assert_eq!(plan(&pods, safe), restart("c-broker-0"));
+        assert_eq!(plan(&pods, SETTLE, safe), restart("c-broker-0"));
     }
 
     #[test]
@@ -342,36 +344,36 @@ pub(crate) mod tests {
         assert!(isr_unsafe(&pod(0), None).is_some(), "unknown state waits");
         // In the planner: the roll waits and says why.
         let stale = PodState { up_to_date: false, ..pod(1) };
-        let d = plan(&[pod(0), stale, pod(2)], |p| isr_unsafe(p, Some(&at_min)));
+        let d = plan(&[pod(0), stale, pod(2)], SETTLE, |p| isr_unsafe(p, Some(&at_min)));
         assert!(matches!(&d, Decision::Wait { reason } if reason.contains("min.insync.replicas")), "{d}");
     }
 
     #[test]
     fn nothing_stale_is_done() {
-        assert_eq!(plan(&[pod(0), pod(1), pod(2)], safe), Decision::Done);
+        assert_eq!(plan(&[pod(0), pod(1), pod(2)], SETTLE, safe), Decision::Done);
     }
 
     #[test]
     fn one_at_a_time_in_ordinal_order() {
         let pods: Vec<_> = (0..3).map(|i| PodState { up_to_date: false, ..pod(i) }).collect();
-        assert_eq!(plan(&pods, safe), restart("c-broker-0"));
+        assert_eq!(plan(&pods, SETTLE, safe), restart("c-broker-0"));
     }
 
     #[test]
     fn waits_while_a_restarted_pod_is_not_ready_again() {
         let mut pods: Vec<_> = (0..3).map(|i| PodState { up_to_date: false, ..pod(i) }).collect();
         pods[0] = PodState { ready: false, up_to_date: true, ..pod(0) };
-        assert_eq!(plan(&pods, safe), Decision::Wait { reason: "c-broker-0 is not ready".into() });
+        assert_eq!(plan(&pods, SETTLE, safe), Decision::Wait { reason: "c-broker-0 is not ready".into() });
         pods[0].ready = true;
-        assert_eq!(plan(&pods, safe), restart("c-broker-1"));
+        assert_eq!(plan(&pods, SETTLE, safe), restart("c-broker-1"));
     }
 
     #[test]
     fn waits_for_a_terminating_or_missing_pod() {
         let pods = [PodState { terminating: true, up_to_date: false, ..pod(0) }, pod(1)];
-        assert!(matches!(plan(&pods, safe), Decision::Wait { .. }));
+        assert!(matches!(plan(&pods, SETTLE, safe), Decision::Wait { .. }));
         let pods = [PodState { exists: false, ready: false, ..pod(0) }, PodState { up_to_date: false, ..pod(1) }];
-        assert!(matches!(plan(&pods, safe), Decision::Wait { .. }));
+        assert!(matches!(plan(&pods, SETTLE, safe), Decision::Wait { .. }));
     }
 
     #[test]
@@ -382,7 +384,7 @@ pub(crate) mod tests {
             PodState { up_to_date: false, ..pod(2) },
         ];
         assert_eq!(
-            plan(&pods, |_| Some("never safe".into())),
+            plan(&pods, SETTLE, |_| Some("never safe".into())),
             Decision::Restart { pod: "c-broker-1".into(), reason: "stale and not ready: replaced first".into() }
         );
     }
@@ -390,7 +392,7 @@ pub(crate) mod tests {
     #[test]
     fn a_broken_up_to_date_pod_blocks_restarts_of_healthy_ones() {
         let pods = [PodState { up_to_date: false, ..pod(0) }, PodState { ready: false, ..pod(1) }];
-        assert_eq!(plan(&pods, safe), Decision::Wait { reason: "c-broker-1 is not ready".into() });
+        assert_eq!(plan(&pods, SETTLE, safe), Decision::Wait { reason: "c-broker-1 is not ready".into() });
     }
 
     #[test]
@@ -401,7 +403,7 @@ pub(crate) mod tests {
             PodState { up_to_date: false, controller: true, ..pod(2) },
             PodState { up_to_date: false, controller: true, ..pod(3) },
         ];
-        assert_eq!(plan(&pods, safe), restart("c-broker-2"));
+        assert_eq!(plan(&pods, SETTLE, safe), restart("c-broker-2"));
         let after: Vec<_> =
             pods.iter()
                 .map(|p| {
@@ -413,7 +415,7 @@ pub(crate) mod tests {
                 })
                 .collect();
         assert_eq!(
-            plan(&after, safe),
+            plan(&after, SETTLE, safe),
             Decision::Restart {
                 pod: "c-broker-1".into(),
                 reason: "runs an old template or config; the active controller, restarted last".into()
@@ -423,7 +425,7 @@ pub(crate) mod tests {
             .iter()
             .map(|p| if p.ordinal == 1 { PodState { up_to_date: true, ..p.clone() } } else { p.clone() })
             .collect();
-        assert_eq!(plan(&after, safe), restart("c-broker-0"));
+        assert_eq!(plan(&after, SETTLE, safe), restart("c-broker-0"));
     }
 
     #[test]
@@ -467,8 +469,9 @@ pub(crate) mod tests {
     #[test]
     fn an_unsafe_restart_waits_and_says_why() {
         let pods = [PodState { up_to_date: false, ..pod(0) }, pod(1)];
-        let d =
-            plan(&pods, |p| (p.ordinal == 0).then(|| "partition t-0 would drop below min.insync.replicas=2".into()));
+        let d = plan(&pods, SETTLE, |p| {
+            (p.ordinal == 0).then(|| "partition t-0 would drop below min.insync.replicas=2".into())
+        });
         assert_eq!(
             d,
             Decision::Wait {

@@ -42,7 +42,7 @@ pub const CA_KEYS_ANNOTATION: &str = "oxbow.io/ca-keys";
 /// When (Unix seconds) a key replacement last took a step.
 const STEP_AT_ANNOTATION: &str = "oxbow.io/key-step-at";
 /// Time a changed Secret takes to reach the files of the pods that mount it (the kubelet's
-/// sync period and cache), with a margin.
+/// sync period and cache), with a margin: the default of the operator's `--secret-propagation`.
 pub const PROPAGATION: std::time::Duration = std::time::Duration::from_secs(90);
 /// Keys of a CA Secret during a key replacement: the new CA, trusted but not signing yet.
 const NEXT_CERT: &str = "next.crt";
@@ -206,14 +206,16 @@ enum Step {
 /// Makes, renews, replaces the key of, or reads one CA; `events` gets what changed. A key
 /// replacement's next step goes unless `blocked` says what it waits for: for the cluster CA,
 /// every broker restarted with the current keys (the quorum reads them at startup) and every
-/// user's Secret current; for the clients CA, users' Secrets current, and also [`PROPAGATION`]
-/// since the last step, for the kubelets to update the brokers' mounted bundle. A step that
-/// waits is added to `waiting`.
+/// user's Secret current; for the clients CA, users' Secrets current, and also `propagation`
+/// ([`PROPAGATION`] by default) since the last step, for the kubelets to update the brokers'
+/// mounted bundle. A step that waits is added to `waiting`.
+#[allow(clippy::too_many_arguments)]
 async fn authority(
     client: &Client,
     cluster: &Cluster,
     which: Which,
     now: OffsetDateTime,
+    propagation: std::time::Duration,
     blocked: Option<String>,
     events: &mut Vec<(&'static str, String)>,
     waiting: &mut Vec<String>,
@@ -233,10 +235,10 @@ async fn authority(
     let mut step_at = existing.as_ref().map(|s| annotation(s, STEP_AT_ANNOTATION)).unwrap_or_default();
     // A renewal asked for while a key replacement runs waits for it to finish.
     let mut renewed_for = existing.as_ref().map(|s| annotation(s, RENEWED_FOR_ANNOTATION)).unwrap_or_default();
-    let propagated = step_at.parse::<i64>().is_ok_and(|t| now.unix_timestamp() - t >= PROPAGATION.as_secs() as i64);
+    let propagated = step_at.parse::<i64>().is_ok_and(|t| now.unix_timestamp() - t >= propagation.as_secs() as i64);
     let blocked = match blocked {
         None if which == Which::Clients && !propagated => {
-            Some(format!("{}s for the brokers' mounted bundle to change", PROPAGATION.as_secs()))
+            Some(format!("{}s for the brokers' mounted bundle to change", propagation.as_secs()))
         }
         b => b,
     };
@@ -380,8 +382,11 @@ pub async fn reconcile(
     let brokers_blocked =
         users.clone().or_else(|| (!rolled).then(|| "the brokers to restart with the new keys".into()));
     let mut waiting = Vec::new();
-    let ca = authority(client, cluster, Which::Cluster, now, brokers_blocked, &mut events, &mut waiting).await?;
-    let clients = authority(client, cluster, Which::Clients, now, users, &mut events, &mut waiting).await?;
+    let propagation = settings.waits.secret_propagation;
+    let ca = authority(client, cluster, Which::Cluster, now, propagation, brokers_blocked, &mut events, &mut waiting)
+        .await?;
+    let clients =
+        authority(client, cluster, Which::Clients, now, propagation, users, &mut events, &mut waiting).await?;
 
     let ns = cluster.namespace().ok_or(Error::MissingNamespace)?;
     let name = cluster.name_any();

@@ -17,6 +17,7 @@ fn settings() -> Settings {
         broker_image: "ghcr.io/oxbow/oxbow-broker:0.1.0".into(),
         cluster_domain: "cluster.local".into(),
         telemetry: None,
+        waits: Default::default(),
     }
 }
 
