@@ -149,6 +149,16 @@ fn be_i16(b: &[u8], at: usize) -> i16 {
 }
 
 impl BatchHeader {
+    /// The header at the start of `b`, checked as a reader of the log checks it: whole, and
+    /// with a length that at least holds the header. The error says which check failed.
+    pub fn parse_checked(b: &[u8]) -> std::result::Result<Self, &'static str> {
+        let h = Self::parse(b).ok_or("short header")?;
+        if h.total_size() < HEADER_LEN {
+            return Err("bad batch length");
+        }
+        Ok(h)
+    }
+
     /// Parses the header at the start of `b`; `None` if fewer than [`HEADER_LEN`] bytes.
     pub fn parse(b: &[u8]) -> Option<Self> {
         if b.len() < HEADER_LEN {

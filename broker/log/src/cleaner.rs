@@ -121,9 +121,9 @@ fn for_each_batch(seg: &SegmentRef, mut f: impl FnMut(&BatchHeader, Vec<u8>) -> 
     let mut pos = 0u64;
     while pos + HEADER_LEN as u64 <= seg.size {
         let head = read_at(&seg.file, &seg.path, pos, HEADER_LEN)?;
-        let h = BatchHeader::parse(&head).ok_or_else(|| corrupt(seg, pos, "short header"))?;
+        let h = BatchHeader::parse_checked(&head).map_err(|why| corrupt(seg, pos, why))?;
         let total = h.total_size();
-        if total < HEADER_LEN || pos + total as u64 > seg.size {
+        if pos + total as u64 > seg.size {
             return Err(corrupt(seg, pos, "bad batch length"));
         }
         f(&h, read_at(&seg.file, &seg.path, pos, total)?)?;

@@ -85,26 +85,22 @@ fn entry_at<E: Entry>(bytes: &[u8], i: usize) -> E {
 
 /// Largest entry whose key is <= `key` among the first `n` entries.
 fn floor<E: Entry>(bytes: &[u8], n: usize, key: i64) -> Option<E> {
-    let (mut lo, mut hi) = (0usize, n);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if entry_at::<E>(bytes, mid).key() <= key {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    (lo > 0).then(|| entry_at(bytes, lo - 1))
+    floor_by(bytes, n, key, |e: &E| e.key())
 }
 
 /// Largest offset-index entry whose position is <= `position`: positions grow with offsets, so
 /// the same binary search works by position (where a read of so many bytes may end).
 pub fn floor_by_position(oi: &impl IndexView<OffsetEntry>, position: u64) -> Option<OffsetEntry> {
-    let (bytes, n) = (oi.bytes(), oi.len());
+    floor_by(oi.bytes(), oi.len(), position, |e: &OffsetEntry| u64::from(e.position))
+}
+
+/// Largest of the first `n` entries whose `by` is <= `target`, for any `by` that grows with the
+/// entries.
+fn floor_by<E: Entry, K: Ord>(bytes: &[u8], n: usize, target: K, by: impl Fn(&E) -> K) -> Option<E> {
     let (mut lo, mut hi) = (0usize, n);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        if u64::from(entry_at::<OffsetEntry>(bytes, mid).position) <= position {
+        if by(&entry_at::<E>(bytes, mid)) <= target {
             lo = mid + 1;
         } else {
             hi = mid;

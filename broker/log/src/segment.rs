@@ -83,10 +83,7 @@ impl SegmentCore {
         let mut pos = start;
         while pos + HEADER_LEN as u64 <= self.size {
             let hdr = read_at(&self.file, &self.log_path, pos, HEADER_LEN)?;
-            let h = BatchHeader::parse(&hdr).ok_or_else(|| self.corrupt(pos, "short header"))?;
-            if h.total_size() < HEADER_LEN {
-                return Err(self.corrupt(pos, "bad batch length"));
-            }
+            let h = BatchHeader::parse_checked(&hdr).map_err(|why| self.corrupt(pos, why))?;
             if stop(&h) {
                 return Ok(Some((pos, h)));
             }

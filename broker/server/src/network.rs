@@ -356,8 +356,7 @@ async fn authenticate<W: Output>(
     };
     match authenticator.step(broker, sasl, frame.body.clone()) {
         sasl::Step::Reply(b) => {
-            wr.write_all(&b).await?;
-            wr.flush().await?;
+            zero_copy::write(wr, &zero_copy::Response::Bytes(b)).await?;
             Ok(false)
         }
         sasl::Step::Dispatch => {
@@ -373,8 +372,7 @@ async fn authenticate<W: Output>(
             auth.session = Arc::new(security.session(principal));
             let lifetime = broker.config.security.reauth_ms;
             auth.expires = (lifetime > 0).then(|| Instant::now() + Duration::from_millis(lifetime as u64));
-            wr.write_all(&reply).await?;
-            wr.flush().await?;
+            zero_copy::write(wr, &zero_copy::Response::Bytes(reply)).await?;
             Ok(true)
         }
         sasl::Step::Close { reply, reason, failed_login } => {
@@ -384,8 +382,7 @@ async fn authenticate<W: Output>(
                 tokio::time::sleep(Duration::from_millis(delay)).await;
             }
             if let Some(b) = reply {
-                wr.write_all(&b).await?;
-                wr.flush().await?;
+                zero_copy::write(wr, &zero_copy::Response::Bytes(b)).await?;
             }
             Err(ConnError::Refused(reason))
         }

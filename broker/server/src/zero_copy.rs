@@ -281,7 +281,7 @@ mod tests {
                 .iter()
                 .flat_map(|p| match p {
                     Part::Bytes(b) => b.to_vec(),
-                    Part::File(s) => s.read().unwrap(),
+                    Part::File(s) => s.read().unwrap().to_vec(),
                 })
                 .collect(),
         }
@@ -302,6 +302,7 @@ mod tests {
             pos: pos as u64,
             len,
             next_offset: 0,
+            held: None,
         };
         let (a, b) = (slice(100, 20_000), slice(30_000, 130));
         for version in 4..=17 {
@@ -329,7 +330,8 @@ mod tests {
         let path = d.path().join("x.log");
         std::fs::write(&path, vec![1u8; 1000]).unwrap();
         let file = Arc::new(std::fs::File::open(&path).unwrap());
-        let slice = |len: usize| FileSlice { file: file.clone(), path: path.clone(), pos: 0, len, next_offset: 0 };
+        let slice =
+            |len: usize| FileSlice { file: file.clone(), path: path.clone(), pos: 0, len, next_offset: 0, held: None };
         let two = response(&[placeholder(10).unwrap(), placeholder(20).unwrap()]);
         assert!(
             encode_response(ApiKey::Fetch, 12, 1, &two, vec![slice(10)]).is_err(),

@@ -41,12 +41,18 @@ pub struct FileSlice {
     /// The offset after the slice's last batch: the base offset of the batch that follows it, or
     /// the segment's next offset (an upper bound for the aborted transactions it may hold).
     pub next_offset: i64,
+    /// The slice's bytes, when locating it read them all already (a few small batches, inside
+    /// the window their headers were read through).
+    pub held: Option<Bytes>,
 }
 
 impl FileSlice {
-    /// The slice's bytes (for a listener that cannot send from the file: TLS).
-    pub fn read(&self) -> Result<Vec<u8>> {
-        read_at(&self.file, &self.path, self.pos, self.len)
+    /// The slice's bytes (a small slice, or a listener that cannot send from the file: TLS).
+    pub fn read(&self) -> Result<Bytes> {
+        match &self.held {
+            Some(b) => Ok(b.clone()),
+            None => read_at(&self.file, &self.path, self.pos, self.len).map(Bytes::from),
+        }
     }
 }
 
@@ -62,6 +68,16 @@ struct Headers<'a> {
 }
 
 impl Headers<'_> {
+    /// The `len` bytes at `pos`, if the window holds them all.
+    fn holding(self, pos: u64, len: usize) -> Option<Bytes> {
+        let from = pos.checked_sub(self.at)? as usize;
+        let mut buf = self.buf;
+        (len > 0 && from + len <= buf.len()).then(|| {
+            buf.truncate(from + len);
+            Bytes::from(buf).slice(from..)
+        })
+    }
+
     /// The header of the batch at `pos` (which lies below the plan's end).
     fn at(&mut self, pos: u64) -> Result<BatchHeader> {
         let have = pos >= self.at && pos + HEADER_LEN as u64 <= self.at + self.buf.len() as u64;
@@ -71,13 +87,8 @@ impl Headers<'_> {
             self.at = pos;
         }
         let from = (pos - self.at) as usize;
-        match BatchHeader::parse(&self.buf[from..]) {
-            Some(h) if h.total_size() >= HEADER_LEN => Ok(h),
-            _ => Err(LogError::Corrupt {
-                path: self.plan.path.clone(),
-                reason: format!("at byte {pos}: bad batch header"),
-            }),
-        }
+        BatchHeader::parse_checked(&self.buf[from..])
+            .map_err(|why| LogError::Corrupt { path: self.plan.path.clone(), reason: format!("at byte {pos}: {why}") })
     }
 }
 
@@ -139,12 +150,14 @@ impl ReadPlan {
             }
             at += h.total_size() as u64;
         }
+        let len = (at - self.pos) as usize;
         Ok(FileSlice {
             file: self.file.clone(),
             path: self.path.clone(),
             pos: self.pos,
-            len: (at - self.pos) as usize,
+            len,
             next_offset,
+            held: headers.holding(self.pos, len),
         })
     }
 }

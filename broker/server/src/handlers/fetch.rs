@@ -185,7 +185,7 @@ fn records(plan: &ReadPlan, zero_copy: bool) -> Result<(Bytes, Option<FileSlice>
             return Ok((Bytes::new(), None, None));
         }
         if slice.len < zero_copy::MIN_SLICE {
-            return Ok((Bytes::from(slice.read()?), None, upper));
+            return Ok((slice.read()?, None, upper));
         }
         if let Some(placeholder) = zero_copy::placeholder(slice.len) {
             return Ok((placeholder, Some(slice), upper));
