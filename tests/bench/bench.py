@@ -6,6 +6,7 @@
     tests/bench/run --only-tls --out /tmp/bench-tls.md  # produce and consume over TLS alone
     tests/bench/run --only-consume --out /tmp/c.md      # C and Java consumers, zero copy on and off
     tests/bench/run --only-groups --out /tmp/g.md       # rebalances of a 50-member group, three protocols
+    tests/bench/run --only-scale3 --out /tmp/s3.md      # 10,000 partitions of RF 3 on three nodes, controller SIGKILLed
 
 Each round starts one broker with a fresh data dir, runs every workload on it, measures peak RSS,
 then SIGKILLs it and times the restart (recovery); rounds alternate Oxbow, Kafka, Oxbow, ... and
@@ -740,17 +741,17 @@ def metadata_latencies(b: Broker, topic: str, partitions: int, n: int) -> list[f
         return out
 
 
-def create_partitions_in_steps(b: Broker, topic: str, n: int, step: int = 5000) -> None:
+def create_partitions_in_steps(b: Broker, topic: str, n: int, step: int = 5000, replicas: int = 1) -> None:
     """Creates `topic` with `n` partitions, `step` at a time (CreateTopics, then CreatePartitions):
     Kafka's controller refuses an operation of more than 10,000 metadata records."""
     from confluent_kafka.admin import AdminClient, NewPartitions
 
-    create_topic(b, topic, min(n, step), timeout=600)
+    create_topic(b, topic, min(n, step), replicas, timeout=600)
     admin = AdminClient({"bootstrap.servers": b.bootstrap(), "log_level": 0})
     for total in range(min(n, step) + step, n + step, step):
         total = min(total, n)
         admin.create_partitions([NewPartitions(topic, total)], request_timeout=600)[topic].result(600)
-        wait_topic_ready(b, topic, total, timeout=600)
+        wait_topic_ready(b, topic, total, replicas, timeout=600)
 
 
 def scale_round(cls, binary_cp: str, workdir: Path, args, res: Results) -> None:
@@ -802,6 +803,83 @@ def scale_round(cls, binary_cp: str, workdir: Path, args, res: Results) -> None:
     finally:
         b.stop()
         b.kill()
+
+
+def active_controller(nodes: Nodes) -> int:
+    """The metadata quorum's leader, as Kafka's kafka-metadata-quorum tool reads it
+    (DescribeQuorum through a broker)."""
+    out = java_tool(nodes.classpath, "org.apache.kafka.tools.MetadataQuorumCommand",
+                    ["--bootstrap-server", nodes.bootstrap(), "describe", "--status"], timeout=120)
+    m = re.search(r"LeaderId:\s+(\d+)", out)
+    if not m:
+        raise RuntimeError(f"{nodes.kind}: no LeaderId in kafka-metadata-quorum's answer: {out}")
+    return int(m.group(1))
+
+
+def scale3_round(kind: str, cp: str, workdir: Path, args, res: Results) -> None:
+    """`--scale-partitions` partitions of replication factor 3 on three nodes, each a broker and a
+    voter of the metadata quorum: time to create them, RSS, Metadata latency, produce acks=all
+    across all of them; then the active controller SIGKILLed: time until a topic can be created
+    through the two left, and until every partition has a leader on them."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    n = args.scale_partitions
+    nodes = Nodes(kind, workdir, cp, 3, voters=3)
+    w = f"{n} partitions x 3 replicas on three nodes"
+    topic = "bench-scale3"
+    try:
+        nodes.start()
+        rss0 = nodes.rss()
+        t0 = time.monotonic()
+        log(f"{kind}: creating {n} partitions of RF 3")
+        create_partitions_in_steps(nodes, topic, n, replicas=3)
+        res.add(w, "create until every replica is in sync", "s", "lower", kind, time.monotonic() - t0)
+        res.add(w, "RSS of the three nodes, idle", "MiB", "lower", kind, nodes.rss() / 1024)
+        res.add(w, "RSS added per replica", "KiB", "lower", kind, (nodes.rss() - rss0) / (3 * n))
+        lat = sorted(metadata_latencies(nodes, topic, n, 50))
+        res.add(w, "Metadata request for the topic, median", "ms", "lower", kind, lat[len(lat) // 2] * 1000)
+        log(f"{kind}: producing {args.records_1k} records across {n} partitions, acks=all")
+        one = Results()
+        run_produce(nodes, cp, Produce(1024, "all", n, "none", args.records_1k, replicas=3), topic, one, create=False)
+        for (name, metric, unit, better), v in one.values.items():
+            for value in v[kind]:
+                res.add(name.replace(f"p={n}", f"across {n} partitions"), metric, unit, better, kind, value)
+        res.add(w, "RSS of the three nodes after the produce", "MiB", "lower", kind, nodes.rss() / 1024)
+        leader = active_controller(nodes)
+        log(f"{kind}: SIGKILL of node {leader}, the active controller")
+        t0 = time.monotonic()
+        nodes.kill(leader)
+        created = None
+        for i in range(10_000):
+            name = f"after-failover-{i}"
+            # A new client each try: librdkafka sends CreateTopics to the controller id of its
+            # last Metadata answer, which may name the dead node, and asks again only every
+            # topic.metadata.refresh.interval.ms (5 minutes).
+            admin = AdminClient({"bootstrap.servers": nodes.bootstrap(), "log_level": 0})
+            try:
+                admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=2)],
+                                    request_timeout=5)[name].result(10)
+                created = time.monotonic() - t0
+                break
+            except Exception:  # noqa: BLE001 - no controller yet: retried until the deadline
+                if time.monotonic() - t0 > 600:
+                    raise RuntimeError(f"{kind}: no topic created within 600 s of the controller's SIGKILL")
+                time.sleep(0.05)
+        res.add(w, "active controller SIGKILLed: until a topic is created", "s", "lower", kind, created)
+        while True:
+            try:
+                md = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+            except Exception:  # noqa: BLE001 - no broker answered this time
+                md = None
+            if md and len(md.partitions) == n and all(p.leader not in (-1, leader) for p in md.partitions.values()):
+                break
+            if time.monotonic() - t0 > 600:
+                raise RuntimeError(f"{kind}: partitions without a live leader 600 s after the SIGKILL")
+            time.sleep(0.1)
+        res.add(w, "active controller SIGKILLed: until every partition is led", "s", "lower", kind,
+                time.monotonic() - t0)
+    finally:
+        nodes.stop()
 
 
 def txn_round(cls, binary_cp: str, workdir: Path, args, res: Results) -> None:
@@ -861,17 +939,18 @@ class CpuSum:
 
 
 class Nodes:
-    """`count` nodes of one kind on 127.0.0.1 (the reassignment and replicated workloads): node 1
-    a combined broker and controller (the whole metadata quorum), the others broker-only, with
-    the same server.properties keys for both kinds (Kafka's), Kafka's JVM as in the single-node
-    rounds. Used where a Broker is (bootstrap, stats, name): stats sum the nodes'."""
+    """`count` nodes of one kind on 127.0.0.1 (the reassignment, replicated and scale workloads):
+    nodes 1 to `voters` combined brokers and controllers (the metadata quorum), the others
+    broker-only, with the same server.properties keys for both kinds (Kafka's), Kafka's JVM as in
+    the single-node rounds. Used where a Broker is (bootstrap, stats, name): stats sum the
+    nodes'."""
 
-    def __init__(self, kind: str, workdir: Path, classpath: str, count: int = 2):
+    def __init__(self, kind: str, workdir: Path, classpath: str, count: int = 2, voters: int = 1):
         self.kind = self.name = kind
         self.certs = None
         self.classpath = classpath
         self.ports = {n: free_port() for n in range(1, count + 1)}
-        self.cport = free_port()
+        self.cports = {n: free_port() for n in range(1, voters + 1)}
         self.procs: dict[int, subprocess.Popen] = {}
         self.workdir = workdir
         self.log4j = workdir / "kafka-log4j.properties"
@@ -882,13 +961,13 @@ class Nodes:
 
     def conf(self, node: int) -> dict:
         listeners = [f"PLAINTEXT://127.0.0.1:{self.ports[node]}"]
-        if node == 1:
-            listeners.append(f"CONTROLLER://127.0.0.1:{self.cport}")
+        if node in self.cports:
+            listeners.append(f"CONTROLLER://127.0.0.1:{self.cports[node]}")
         return {
             **COMMON,
             "node.id": str(node),
-            "process.roles": "broker,controller" if node == 1 else "broker",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.cport}",
+            "process.roles": "broker,controller" if node in self.cports else "broker",
+            "controller.quorum.voters": ",".join(f"{n}@127.0.0.1:{p}" for n, p in self.cports.items()),
             "controller.listener.names": "CONTROLLER",
             "listeners": ",".join(listeners),
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.ports[node]}",
@@ -934,11 +1013,24 @@ class Nodes:
         raise RuntimeError(f"{self.kind}: {len(self.ports)} brokers not registered within 300 s; see {self.workdir}")
 
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.ports.values())
+        return ",".join(f"127.0.0.1:{p}" for n, p in self.ports.items() if self.procs[n].poll() is None)
+
+    @property
+    def port(self) -> int:
+        """A live node's client port (Metadata requests over a raw socket)."""
+        return next(p for n, p in self.ports.items() if self.procs[n].poll() is None)
+
+    def rss(self) -> int:
+        """Resident set size in KiB of the live nodes together, now."""
+        return sum(read_rss(p.pid) for p in self.procs.values() if p.poll() is None)
+
+    def kill(self, node: int) -> None:
+        self.procs[node].send_signal(signal.SIGKILL)
+        self.procs[node].wait(30)
 
     def stats(self) -> tuple[CpuSum, int]:
         """(CPU used so far, sum of peak RSS in KiB) of every node."""
-        samples = [read_stat(p.pid) for p in self.procs.values()]
+        samples = [read_stat(p.pid) for p in self.procs.values() if p.poll() is None]
         return CpuSum([c for c, _ in samples]), sum(h for _, h in samples)
 
     def stop(self) -> None:
@@ -1147,6 +1239,8 @@ def main() -> int:
     ap.add_argument("--scale-connections", type=int, default=1000, help="idle client connections of the scale workload")
     ap.add_argument("--only-scale", action="store_true",
                     help="only the scale workload (many partitions and connections on one broker)")
+    ap.add_argument("--only-scale3", action="store_true",
+                    help="only the three-node scale workload (--scale-partitions of RF 3, controller failover)")
     ap.add_argument("--only-recovery", action="store_true",
                     help="only the recovery workload (fill --recovery-gb on a fresh broker, SIGKILL, restart)")
     ap.add_argument("--only-txn", action="store_true", help="only the transactional workloads")
@@ -1207,6 +1301,9 @@ def main() -> int:
             ("only_groups", "groups (rebalances)", lambda cls, d: groups_round(cls, cp, d, args, res), 9),
             ("only_recovery", "recovery", lambda cls, d: recovery_round(cls, cp, d, args, res), 1),
             ("only_scale", "scale (many partitions and connections)", lambda cls, d: scale_round(cls, cp, d, args, res), 15),
+            # 7 rows of the cluster, 3 of the produce
+            ("only_scale3", "scale on three nodes (RF 3, controller failover)",
+             lambda cls, d: scale3_round(cls.name, cp, d, args, res), 10),
             # 3 rows each for the TLS produce and the two consumes (+3 for the plaintext twin)
             ("only_tls", "TLS", lambda cls, d: tls_round(cls, cp, d, certs, args, res), 12),
             ("only_move", "partition reassignment (two nodes)", lambda cls, d: move_round(cls.name, cp, d, args, res), 2),
@@ -1251,6 +1348,7 @@ def main() -> int:
             f"scale: a fresh single node of each kind, one topic of {args.scale_partitions} partitions (RF 1) created 5,000 at a time (CreateTopics, then CreatePartitions: Kafka's controller refuses more than 10,000 records in one operation), timed until Metadata shows every partition led; RSS (VmRSS) idle and per partition over the empty broker; 50 Metadata v4 requests for that topic on one connection, each timed until its answer is read whole; ProducerPerformance, {args.records_1k} records of 1024 B, acks=1, across all partitions (the Java client's built-in partitioner, settings above); a clean restart (SIGTERM) timed until every partition is led again; then {args.scale_connections} client connections opened, each after an ApiVersions v0 exchange, and left idle: the RSS they add, and the latency workload above on a new one-partition topic while they stay open",
             f"consume: a fresh single node of each kind, {args.consume_records} records of 1024 B written by rdkafka_performance (acks=1, uncompressed, the producer settings above) to a 1-partition and a 16-partition topic, each then read from the beginning, from the page cache, by rdkafka_performance -C (librdkafka's fetch defaults, timed by the tool from the first record to the last) and by AssignConsumerPerf (as above; timed from before its first poll); broker and client CPU per GB read; the loopback ceiling: one TCP connection of this machine, memory to memory, 1 MiB writes (Python, two threads)",
             "groups: a fresh single node of each kind with " + ", ".join(f"{k}={v}" for k, v in GROUP_SETTINGS.items()) + f"; a topic of {2 * args.group_members} partitions; per protocol (classic eager with RangeAssignor, classic cooperative with CooperativeStickyAssignor, both session.timeout.ms=10000 and heartbeat.interval.ms=500; KIP-848 group.protocol=consumer with the broker's assignor) a new group of {args.group_members} Java consumers (io.oxbow.bench.GroupRebalance: {args.group_members - 1} in one JVM, one thread each polling every 50 ms, one in a child JVM): time until all own partitions (each at least one, none twice), then one more member subscribes (time until all {args.group_members + 1} own partitions), then the child JVM is SIGKILLed (time until the {args.group_members} left own every partition; includes the 10 s session timeout)",
+            f"scale on three nodes: three nodes of a kind on 127.0.0.1, each a broker and a voter of the metadata quorum (controller.quorum.voters of three; Kafka with the JVM above on each), one topic of {args.scale_partitions} partitions of RF 3 (min.insync.replicas=2) created 5,000 at a time as above, timed until every replica is in sync; RSS of the three nodes together; 50 Metadata v4 requests for the topic; ProducerPerformance, {args.records_1k} records of 1024 B, acks=all (idempotent), across all partitions; then the active controller (kafka-metadata-quorum describe --status) is SIGKILLed: time until a CreateTopics (1 partition, RF 2) through the two left succeeds (each try from a new librdkafka AdminClient, with a 5 s timeout, 50 ms apart), and until Metadata shows every partition of the topic led by a live node (the second includes broker.session.timeout.ms, 9 s on both, before the dead broker is fenced)",
             f"reassignment: two nodes of a kind (node 1 broker and the controller quorum, node 2 broker-only; Kafka with the JVM above on each), one partition of {args.move_gb} GiB of 1 KiB records on node 1 moved to node 2 with kafka-reassign-partitions --execute, then back with --throttle {args.move_throttle_mb} MiB/s; time from launching the tool (its JVM start included, the same for both) until Metadata shows the new replica alone and in sync",
         ],
         "smoke": args.smoke,
