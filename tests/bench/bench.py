@@ -288,6 +288,15 @@ class Kafka(Broker):
         return self.jvm(KAFKA_JVM) + ["kafka.Kafka", str(self.props)]
 
 
+def print_broker_logs(workdir: Path, lines: int = 40) -> None:
+    """The last lines of every broker log of a failed stage (the directory is deleted after the
+    run): what the broker said about the failure is otherwise lost."""
+    for f in sorted(workdir.rglob("*.log")):
+        tail = f.read_text(errors="replace").splitlines()[-lines:]
+        print(f"==== the last {len(tail)} lines of {f.name}", file=sys.stderr)
+        print("\n".join(tail), file=sys.stderr)
+
+
 def java_tool(classpath: str, main: str, args: list[str], timeout: int = 1800) -> str:
     cmd = ["java", "-Xmx1g", "-Dlog4j.configuration=file:/dev/null", "-cp", classpath, main, *args]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -372,6 +381,9 @@ class Results:
 
     def add(self, workload: str, metric: str, unit: str, better: str, broker: str, value: float) -> None:
         self.values.setdefault((workload, metric, unit, better), {}).setdefault(broker, []).append(value)
+
+    #: What happened in this run that its figures do not show (a retried workload), for the report.
+    notes: list = field(default_factory=list)
 
     def copy_last(self, workload: str, to: str, broker: str) -> None:
         """Adds `broker`'s latest value of every metric of `workload` to workload `to` as well."""
@@ -620,11 +632,27 @@ def run_latency(b: Broker, cp: str, rate: int, seconds: int, res: Results, repli
 def run_transactions(b: Broker, cp: str, records: int, sizes: list[int], open_ids: int, res: Results) -> None:
     """Transactional produce (one Java producer, 1 KiB, acks=all, a commit every `size` records)
     and the broker's RSS once `open_ids` transactional ids each hold an open transaction."""
+    def run(topic: str, size: int) -> re.Match:
+        return java_result(cp, "io.oxbow.bench.TxnPerf", ["produce", b.bootstrap(), topic, str(records), str(size)],
+                           r"records_per_sec=([\d.]+) mb_per_sec=([\d.]+)")
+
     for size in sizes:
         topic = f"bench-txn-{size}"
         create_topic(b, topic, 1)
-        m = java_result(cp, "io.oxbow.bench.TxnPerf", ["produce", b.bootstrap(), topic, str(records), str(size)],
-                        r"records_per_sec=([\d.]+) mb_per_sec=([\d.]+)")
+        try:
+            m = run(topic, size)
+        except RuntimeError as e:
+            # Apache Kafka 4.1.1 once failed this run with INVALID_TXN_STATE (a CI run of
+            # 2026-12-06; 16 runs on a loaded machine did not repeat it). The reference broker
+            # gets one more try, said so in the report; Oxbow gets none.
+            if not isinstance(b, Kafka):
+                raise
+            print_broker_logs(b.workdir)
+            note = f"{b.name}: transactions of {size} failed once and were run again on a new topic: {str(e)[-300:]}"
+            log(note)
+            res.notes.append(note)
+            create_topic(b, f"{topic}-again", 1)
+            m = run(f"{topic}-again", size)
         w = f"transactional produce 1024B, transactions of {size} (java)"
         res.add(w, "throughput", "records/s", "higher", b.name, float(m.group(1)))
         res.add(w, "throughput", "MB/s", "higher", b.name, float(m.group(2)))
@@ -1194,6 +1222,8 @@ def report(rows: list[dict], meta: dict) -> str:
            "## Machine", ""]
     out += [f"- {k}: {v}" for k, v in meta["machine"].items()]
     out += ["", "## Settings", ""] + [f"- {s}" for s in meta["settings"]]
+    if meta.get("notes"):
+        out += ["", "## Notes", ""] + [f"- {n}" for n in meta["notes"]]
     out += ["", "## Results (medians; ratio > 1 means Oxbow is better)", "",
             "| workload | metric | unit | Oxbow | Kafka | ratio |", "|---|---|---|---:|---:|---:|"]
     for r in rows:
@@ -1318,7 +1348,11 @@ def main() -> int:
                     d = Path(tmp) / f"round{r}-{cls.name}"
                     d.mkdir()
                     log(f"round {r + 1}/{args.rounds}: {cls.name}, {label}")
-                    run(cls, d)
+                    try:
+                        run(cls, d)
+                    except Exception:
+                        print_broker_logs(d)
+                        raise
                     shutil.rmtree(d, ignore_errors=True)
 
     rows = summarize(res)
@@ -1352,6 +1386,7 @@ def main() -> int:
             f"reassignment: two nodes of a kind (node 1 broker and the controller quorum, node 2 broker-only; Kafka with the JVM above on each), one partition of {args.move_gb} GiB of 1 KiB records on node 1 moved to node 2 with kafka-reassign-partitions --execute, then back with --throttle {args.move_throttle_mb} MiB/s; time from launching the tool (its JVM start included, the same for both) until Metadata shows the new replica alone and in sync",
         ],
         "smoke": args.smoke,
+        "notes": res.notes,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -59,16 +59,20 @@ public final class TxnPerf {
             payload[i] = (byte) ('A' + r.nextInt(26));
         }
         long txns = 0;
+        String step = "initTransactions";
         try (KafkaProducer<byte[], byte[]> p = new KafkaProducer<>(props(bootstrap, "bench-txn-" + System.nanoTime()))) {
             p.initTransactions();
             long start = System.nanoTime();
             long sent = 0;
             while (sent < records) {
+                step = "transaction " + (txns + 1) + ": beginTransaction";
                 p.beginTransaction();
                 long n = Math.min(txnSize, records - sent);
+                step = "transaction " + (txns + 1) + ": send";
                 for (long i = 0; i < n; i++) {
                     p.send(new ProducerRecord<>(topic, payload));
                 }
+                step = "transaction " + (txns + 1) + ": commitTransaction";
                 p.commitTransaction();
                 sent += n;
                 txns++;
@@ -76,6 +80,10 @@ public final class TxnPerf {
             double secs = (System.nanoTime() - start) / 1e9;
             System.out.printf("RESULT records=%d seconds=%.3f records_per_sec=%.1f mb_per_sec=%.2f transactions=%d%n",
                     sent, secs, sent / secs, sent * 1024.0 / (1 << 20) / secs, txns);
+        } catch (RuntimeException e) {
+            // Which call failed, and the whole cause chain: the broker's side is in its log.
+            System.err.println("TxnPerf failed in " + step);
+            throw e;
         }
     }
 
