@@ -48,13 +48,12 @@ struct Args {
     waits: Waits,
 }
 
-/// Whole seconds from 0 to 3600, for the flag `flag`.
-fn seconds(flag: &str, v: &str) -> Result<Duration, String> {
-    v.parse::<u64>()
+/// Whole seconds from `min` to 3600, for the flag `flag`.
+fn seconds(flag: &str, v: &str, min: u16) -> Result<u16, String> {
+    v.parse::<u16>()
         .ok()
-        .filter(|s| *s <= 3600)
-        .map(Duration::from_secs)
-        .ok_or(format!("{flag} {v:?}: expected whole seconds from 0 to 3600"))
+        .filter(|s| (min..=3600).contains(s))
+        .ok_or(format!("{flag} {v:?}: expected whole seconds from {min} to 3600"))
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -99,17 +98,11 @@ fn parse_args() -> Result<Args, String> {
                 out.broker_telemetry =
                     Some(TelemetrySpec { otlp_endpoint: v, export_interval_seconds: None, trace_sample_ratio: None });
             }
-            "--broker-export-interval" => {
-                let v = value()?;
-                export_interval = Some(
-                    v.parse::<i32>()
-                        .ok()
-                        .filter(|s| (1..=3600).contains(s))
-                        .ok_or(format!("--broker-export-interval {v:?}: expected whole seconds from 1 to 3600"))?,
-                );
+            "--broker-export-interval" => export_interval = Some(i32::from(seconds(&flag, &value()?, 1)?)),
+            "--restart-settle" => out.waits.restart_settle = Duration::from_secs(seconds(&flag, &value()?, 0)?.into()),
+            "--secret-propagation" => {
+                out.waits.secret_propagation = Duration::from_secs(seconds(&flag, &value()?, 0)?.into())
             }
-            "--restart-settle" => out.waits.restart_settle = seconds(&flag, &value()?)?,
-            "--secret-propagation" => out.waits.secret_propagation = seconds(&flag, &value()?)?,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other}")),
         }

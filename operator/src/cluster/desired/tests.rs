@@ -3,7 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::LocalObjectReference;
+use k8s_openapi::api::core::v1::{
+    EnvVar, LocalObjectReference, PodSecurityContext, ResourceRequirements, SecretVolumeSource,
+    TopologySpreadConstraint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::core::ObjectMeta;
 
 use super::*;
