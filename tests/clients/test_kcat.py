@@ -9,8 +9,6 @@ import shutil
 import subprocess
 import time
 
-import pytest
-
 from oxbow_harness import create_topic
 
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"

@@ -25,10 +25,12 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import yaml
 
@@ -314,6 +316,16 @@ def operator_dashboard(ns):
                 fail(f"the operator dashboard reads {leaders} replicas reconciling and controllers {controllers}; "
                      "want 1, and cluster and topic among them")
             step(f"{board['title']}: every query returned data; 1 replica reconciling; controllers {sorted(controllers)}")
+            if os.environ.get("OXBOW_SCREENSHOTS"):  # tests/observability/screenshots --operator
+                sys.path.insert(0, os.path.join(ROOT, "tests", "observability"))
+                import graphs
+                exprs = [expr for title, expr in queries if not title.startswith("variable ")]
+                # Two minutes of scrapes, so that the rates over 1 minute draw lines, not a dot.
+                step("two more minutes of scrapes for the screenshot")
+                time.sleep(120)
+                for png in graphs.render(f"http://127.0.0.1:{port}", "oxbow-operator", exprs,
+                                         Path(os.environ["OXBOW_SCREENSHOTS"]), "3m"):
+                    step(f"rendered {png}")
         finally:
             proc.terminate()
             proc.wait(10)

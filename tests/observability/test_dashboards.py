@@ -38,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[2]
 OBS = ROOT / "deploy" / "observability"
 sys.path.insert(0, str(ROOT / "tests" / "clients"))
 from oxbow_cluster import Cluster  # noqa: E402
+
+import graphs  # noqa: E402  (beside this file)
 from oxbow_harness import free_port, require_broker_binary, wait_until  # noqa: E402
 
 N = 2000
@@ -171,33 +173,13 @@ def variable_queries() -> list[tuple[str, str, str, str]]:
     return out
 
 
-SCREENSHOT_QUERIES = 10  # per page of Prometheus' graph page
-
-
 def screenshots(prom: Prometheus, out: Path) -> None:
-    """One PNG per dashboard: its panels' queries as graphs on Prometheus' own graph page over
-    the test's last 2 minutes (the workload, then the two SIGKILLs), rendered by headless
-    Chromium (tests/observability/screenshots)."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.fail("screenshots need Chromium: apt-get install chromium")
-    out.mkdir(parents=True, exist_ok=True)
+    """One PNG per dashboard (a page per ten queries): its panels' queries as graphs on
+    Prometheus' own graph page over the test's last 2 minutes (the workload, then the two
+    SIGKILLs), rendered by headless Chromium (tests/observability/screenshots)."""
     for uid, d in dashboards().items():
         exprs = [as_prometheus_runs(t["expr"]) for p in d["panels"] for t in p.get("targets", [])]
-        # Prometheus 2.42's graph page reads panels g0 to g9 only (g10 on come up empty or not
-        # at all): a page per ten queries, <uid>.png, <uid>-2.png, ...
-        for page, start in enumerate(range(0, len(exprs), SCREENSHOT_QUERIES), 1):
-            chunk = exprs[start:start + SCREENSHOT_QUERIES]
-            params = {}
-            for i, expr in enumerate(chunk):
-                params.update({f"g{i}.expr": expr, f"g{i}.tab": "0", f"g{i}.range_input": "2m",
-                               f"g{i}.stacked": "0", f"g{i}.show_exemplars": "0"})
-            url = f"{prom.base}/graph?{urllib.parse.urlencode(params)}"
-            png = out / (f"{uid}.png" if page == 1 else f"{uid}-{page}.png")
-            subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                            f"--window-size=1280,{100 + 700 * len(chunk)}", "--virtual-time-budget=20000",
-                            f"--screenshot={png}", url], check=True, capture_output=True, timeout=120)
-            assert png.stat().st_size > 10_000, f"{png} looks empty"
+        graphs.render(prom.base, uid, exprs, out, "2m")
 
 
 def dir_bytes(node_dir: Path, topic: str) -> int:
