@@ -306,6 +306,18 @@ def wait_for_topic(admin: AdminClient, topic: str, partitions: int, timeout: flo
     wait_until(ready, timeout, f"topic {topic!r} with {partitions} led partitions ({last[0]})", 0.2)
 
 
+def consume(c: Consumer, topic: str, n: int, timeout: float = 30) -> int:
+    """Subscribes `c` to `topic` and reads up to `n` records (bounded in time); how many it read."""
+    c.subscribe([topic])
+    got = 0
+    deadline = time.monotonic() + timeout
+    while got < n and time.monotonic() < deadline:
+        m = c.poll(1)
+        if m is not None and not m.error():
+            got += 1
+    return got
+
+
 def consumer_config(broker: Broker, **extra) -> dict:
     conf = {
         "bootstrap.servers": broker.bootstrap,

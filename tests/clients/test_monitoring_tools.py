@@ -10,11 +10,10 @@ honest: Kafka gives the same answers."""
 import json
 import subprocess
 import sys
-import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from oxbow_harness import Broker, create_topic, wait_until
+from oxbow_harness import Broker, consume, create_topic, wait_until
 
 TOPIC = "watched"
 PER_PARTITION = 100
@@ -53,13 +52,7 @@ def test_kafkatop_reports_each_groups_lag_state_and_the_topics_partitions(broker
     # "caught-up" read everything and left (its close commits); "behind" committed 40, 50, 60
     # without ever joining; "live" is in the group now, with 10 committed on each partition.
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "caught-up", "auto.offset.reset": "earliest"})
-    c.subscribe([TOPIC])
-    got, deadline = 0, time.monotonic() + 60
-    while got < 3 * PER_PARTITION and time.monotonic() < deadline:
-        m = c.poll(1)
-        if m is not None and not m.error():
-            got += 1
-    assert got == 3 * PER_PARTITION
+    assert consume(c, TOPIC, 3 * PER_PARTITION, timeout=60) == 3 * PER_PARTITION
     c.close()
     commit(b, "behind", [40, 50, 60])
     live = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "live", "auto.offset.reset": "earliest",

@@ -13,7 +13,7 @@ from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oxbow_cluster import Cluster
-from oxbow_harness import create_topic, free_port, require_broker_binary, scrape
+from oxbow_harness import consume, create_topic, free_port, require_broker_binary, scrape
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
 from otlp_sink import Sink  # noqa: E402
@@ -47,18 +47,6 @@ def wait_for(what, check, timeout=30):
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def consume(c: Consumer, topic: str, n: int, timeout: float = 30) -> int:
-    """Subscribes `c` to `topic` and reads up to `n` records (bounded in time); how many it read."""
-    c.subscribe([topic])
-    got = 0
-    deadline = time.monotonic() + timeout
-    while got < n and time.monotonic() < deadline:
-        m = c.poll(1)
-        if m is not None and not m.error():
-            got += 1
-    return got
 
 
 def test_broker_exports_request_traffic_and_partition_metrics_over_otlp(broker_factory, sink):
