@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import itertools
 import json
 import os
 import platform
@@ -862,8 +863,9 @@ def scale3_round(kind: str, cp: str, workdir: Path, args, res: Results) -> None:
         log(f"{kind}: creating {n} partitions of RF 3")
         create_partitions_in_steps(nodes, topic, n, replicas=3)
         res.add(w, "create until every replica is in sync", "s", "lower", kind, time.monotonic() - t0)
-        res.add(w, "RSS of the three nodes, idle", "MiB", "lower", kind, nodes.rss() / 1024)
-        res.add(w, "RSS added per replica", "KiB", "lower", kind, (nodes.rss() - rss0) / (3 * n))
+        idle = nodes.rss()
+        res.add(w, "RSS of the three nodes, idle", "MiB", "lower", kind, idle / 1024)
+        res.add(w, "RSS added per replica", "KiB", "lower", kind, (idle - rss0) / (3 * n))
         lat = sorted(metadata_latencies(nodes, topic, n, 50))
         res.add(w, "Metadata request for the topic, median", "ms", "lower", kind, lat[len(lat) // 2] * 1000)
         log(f"{kind}: producing {args.records_1k} records across {n} partitions, acks=all")
@@ -877,8 +879,7 @@ def scale3_round(kind: str, cp: str, workdir: Path, args, res: Results) -> None:
         log(f"{kind}: SIGKILL of node {leader}, the active controller")
         t0 = time.monotonic()
         nodes.kill(leader)
-        created = None
-        for i in range(10_000):
+        for i in itertools.count():
             name = f"after-failover-{i}"
             # A new client each try: librdkafka sends CreateTopics to the controller id of its
             # last Metadata answer, which may name the dead node, and asks again only every

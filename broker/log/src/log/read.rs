@@ -71,11 +71,7 @@ impl Headers<'_> {
     /// The `len` bytes at `pos`, if the window holds them all.
     fn holding(self, pos: u64, len: usize) -> Option<Bytes> {
         let from = pos.checked_sub(self.at)? as usize;
-        let mut buf = self.buf;
-        (len > 0 && from + len <= buf.len()).then(|| {
-            buf.truncate(from + len);
-            Bytes::from(buf).slice(from..)
-        })
+        (len > 0 && from + len <= self.buf.len()).then(|| Bytes::from(self.buf).slice(from..from + len))
     }
 
     /// The header of the batch at `pos` (which lies below the plan's end).
