@@ -54,7 +54,7 @@ import tempfile
 import threading
 import time
 
-from kubetest import Suite
+from kubetest import REFUSALS, LoadProducer, Suite
 from otlp_sink import Sink
 from restricted_e2e import run_restricted
 from security_e2e import run_security
@@ -168,16 +168,16 @@ HOSTS = tempfile.NamedTemporaryFile("w", prefix="oxbow-e2e-hosts", delete=False)
 
 
 def refresh_hosts():
-    """Maps each broker's cluster DNS name to its pod IP for the JVMs on the host."""
+    """Maps each broker's cluster DNS name to its pod IP, and the bootstrap Service's to its
+    ClusterIP, for the JVMs on the host; returns the bootstrap address."""
     return T.broker_hosts(NS, "events", HOSTS)
 
 
 def kafka_tool(main_class, *args, check=True):
     """One of Kafka's own tools (its jars, unchanged) from the host, with the brokers' DNS names
     resolved through the hosts file."""
-    ip = refresh_hosts()[0]
     return run("java", f"-Djdk.net.hosts.file={HOSTS}", "-Dlog4j.configuration=file:/dev/null", "-cp",
-               java_classpath(), main_class, "--bootstrap-server", f"{ip}:9092", *args, check=check).stdout
+               java_classpath(), main_class, "--bootstrap-server", refresh_hosts(), *args, check=check).stdout
 
 
 def kafka_topics(*args, check=True):
@@ -246,34 +246,22 @@ def kcat(*args, input=None):
         time.sleep(2)
 
 
-PRODUCE_JAVA = os.path.join(ROOT, "tests", "clients", "java", "Produce.java")
-PRODUCER_LOG4J = os.path.join(ROOT, "tests", "k8s", "load-producer-log4j.properties")
-
-
 class Load:
-    """Kafka's Java producer (idempotent, acks=all; tests/clients/java/Produce.java) on the host
-    and a kcat consumer inside the cluster, both running through the scaling steps, on `load`
-    (6 partitions, replication factor 3, min.insync.replicas 2) after 60 MB of prefill, so that
-    throttled moves take a while. 500 records a second; keys are the producer's values (the
-    prefill has none)."""
+    """Kafka's Java producer (idempotent, acks=all; kubetest.LoadProducer) on the host and a kcat
+    consumer inside the cluster, both running through the scaling steps, on `load` (6 partitions,
+    replication factor 3, min.insync.replicas 2) after 60 MB of prefill, so that throttled moves
+    take a while. 500 records a second; keys are the producer's values (the prefill has none)."""
 
     def __init__(self):
         kubectl("apply", "-f", "-", input=topic_yaml("load", 6, {"min.insync.replicas": "2"}, replication_factor=3))
         wait("Topic load Ready", topic_state("load"), 120)
-        ips = refresh_hosts()
-        self.bootstrap = ",".join(f"{ip}:9092" for ip in ips)
+        self.bootstrap = refresh_hosts()
         run("java", f"-Djdk.net.hosts.file={HOSTS}", "-Dlog4j.configuration=file:/dev/null", "-cp", java_classpath(),
             "org.apache.kafka.tools.ProducerPerformance", "--topic", "load", "--num-records", "6000",
             "--record-size", "10000", "--throughput", "-1", "--producer-props", f"bootstrap.servers={self.bootstrap}",
             "acks=all")
-        self.dir = tempfile.mkdtemp(prefix="oxbow-e2e-load")
-        self.acked_file, self.stop_file = os.path.join(self.dir, "acked"), os.path.join(self.dir, "stop")
-        self.producer_log = open(os.path.join(self.dir, "producer.log"), "w+")
-        self.producer = subprocess.Popen(
-            ["java", f"-Djdk.net.hosts.file={HOSTS}", f"-Dlog4j.configuration=file:{PRODUCER_LOG4J}", "-cp",
-             java_classpath(), PRODUCE_JAVA, self.bootstrap, "load", "j", self.acked_file, self.stop_file, "500"],
-            stdout=subprocess.PIPE, stderr=self.producer_log, text=True)
-        self.consumed = open(os.path.join(self.dir, "consumed"), "w+")
+        self.producer = LoadProducer(T, java_classpath(), HOSTS, self.bootstrap, "load", "j", 500)
+        self.consumed = open(os.path.join(self.producer.dir, "consumed"), "w+")
         self.consumer = subprocess.Popen(
             ["kubectl", "exec", "-n", NS, "client", "--", "kcat", "-b", "events-bootstrap:9092", "-C", "-t", "load",
              "-o", "beginning", "-u", "-q", "-f", "%k\n"], stdout=self.consumed, stderr=subprocess.DEVNULL)
@@ -297,18 +285,7 @@ class Load:
     def finish(self):
         step("load: stopping the producer; the consumer that ran throughout and a fresh read must hold every "
              "acknowledged record")
-        open(self.stop_file, "w").close()
-        out, _ = self.producer.communicate(timeout=360)
-        if self.producer.returncode != 0:
-            self.producer_log.seek(0)
-            fail(f"the load producer failed: {self.producer_log.read()[-3000:]}")
-        summary = json.loads(out.strip().splitlines()[-1])
-        with open(self.acked_file) as f:
-            acked = set(f.read().split())
-        if not acked or summary["failed"]:
-            self.producer_log.seek(0)
-            fail(f"load producer: {summary}\nits log (first 60 lines):\n"
-                 + "".join(self.producer_log.readlines()[:60]) + broker_log_lines("events", REFUSALS))
+        summary, acked = self.producer.finish(lambda: T.broker_log_lines(NS, "events", REFUSALS))
         wait("the consumer that ran throughout to read every acknowledged record",
              lambda: acked <= set(self.consumed_keys()), 180)
         self.consumer.terminate()
@@ -323,24 +300,6 @@ class Load:
              f"{summary['longest_stall_ms']} ms")
         if lost or dup:
             fail(f"lost {sorted(lost)[:10]}, {dup} duplicated")
-
-
-# Broker log lines that tell what happened to an idempotent producer's writes.
-REFUSALS = ("produce refused", "truncating", "leader change", "fetch answer")
-
-
-def broker_log_lines(cluster, needles, last=30):
-    """The last `last` lines of each broker's log that contain one of `needles` (for failures)."""
-    pods = kjson("get", "pods", "-n", NS, "-l",
-                 f"app.kubernetes.io/instance={cluster},app.kubernetes.io/component=broker")["items"]
-    out = []
-    for p in pods:
-        name = p["metadata"]["name"]
-        logs = kubectl("logs", "-n", NS, name, "--tail=20000", check=False)
-        lines = [line for line in logs.splitlines() if any(n in line for n in needles)]
-        out.append(f"\n--- {name}: {len(lines)} lines about produce refusals and truncation, the last {last}:\n"
-                   + "\n".join(lines[-last:]))
-    return "".join(out)
 
 
 def placement():

@@ -4,7 +4,9 @@
 // (PER_SECOND: at most that many records a second; unlimited without it)
 // Writes every acknowledged value to ACKEDFILE (one per line) and prints, as its last line,
 // {"sent":N,"acked":N,"failed":N,"errors":[...],"longest_stall_ms":N}: the longest time without an
-// acknowledgement while records were outstanding.
+// acknowledgement while records were outstanding. Every 10 s, and when it sees STOPFILE, it prints
+// a progress line to stderr (sent, acknowledged, failed, outstanding), so that a stall's start
+// shows in its log.
 import java.nio.file.*;
 import java.util.*;
 import java.util.concurrent.ConcurrentLinkedQueue;
@@ -28,7 +30,7 @@ public class Produce {
         ConcurrentLinkedQueue<String> ok = new ConcurrentLinkedQueue<>();
         ConcurrentLinkedQueue<String> errors = new ConcurrentLinkedQueue<>();
         AtomicLong lastAck = new AtomicLong(System.nanoTime()), longest = new AtomicLong(), outstanding = new AtomicLong();
-        long sent = 0;
+        long sent = 0, lastProgress = System.nanoTime();
         try (Producer<String, String> producer = new KafkaProducer<>(p)) {
             while (!Files.exists(stop)) {
                 for (int i = 0; i < 50; i++, sent++) {
@@ -46,12 +48,23 @@ public class Produce {
                 while (perSecond > 0 && sent > perSecond * (System.nanoTime() - start) / 1_000_000_000L) Thread.sleep(5);
                 // No acknowledgement while records are outstanding counts as a stall too.
                 if (outstanding.get() > 0) longest.accumulateAndGet(System.nanoTime() - lastAck.get(), Math::max);
+                if (System.nanoTime() - lastProgress > 10_000_000_000L) {
+                    lastProgress = System.nanoTime();
+                    progress("running", sent, ok.size(), errors.size(), outstanding.get());
+                }
             }
+            progress("stop seen, flushing", sent, ok.size(), errors.size(), outstanding.get());
             producer.flush();
         }
+        progress("closed", sent, ok.size(), errors.size(), outstanding.get());
         Files.write(acked, ok);
         List<String> errs = errors.stream().limit(5).map(e -> "\"" + e.replace("\"", "'") + "\"").toList();
         System.out.println("{\"sent\":" + sent + ",\"acked\":" + ok.size() + ",\"failed\":" + errors.size()
                 + ",\"errors\":[" + String.join(",", errs) + "],\"longest_stall_ms\":" + longest.get() / 1_000_000 + "}");
+    }
+
+    static void progress(String what, long sent, long acked, long failed, long outstanding) {
+        System.err.println("[" + java.time.LocalTime.now().withNano(0) + "] Produce: " + what + ": sent " + sent
+                + ", acknowledged " + acked + ", failed " + failed + ", outstanding " + outstanding);
     }
 }
