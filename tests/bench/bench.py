@@ -124,16 +124,25 @@ class CpuSample:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         self.ticks = (int(fields[11]) + int(fields[12])) / CLK_TCK
-        self.threads: dict[str, int] = {}
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                self.threads[task.name] = int((task / "schedstat").read_text().split()[0])
-            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-                pass  # the thread exited while we listed them
+        self.threads = thread_run_ns(pid)
 
     def __sub__(self, earlier: "CpuSample") -> float:
         fine = sum(ns - earlier.threads.get(tid, 0) for tid, ns in self.threads.items()) / 1e9
         return max(self.ticks - earlier.ticks, fine)
+
+
+def thread_run_ns(pid: int, by_name: bool = False) -> dict[str, int]:
+    """Run time in nanoseconds of each live thread of `pid` (/proc/<pid>/task/<tid>/schedstat),
+    keyed by thread id, or summed by thread name."""
+    out: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            key = (task / "comm").read_text().strip() if by_name else task.name
+            ns = int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue  # the thread exited while we listed them
+        out[key] = out.get(key, 0) + ns
+    return out
 
 
 def read_stat(pid: int) -> tuple[CpuSample, int]:

@@ -69,19 +69,6 @@ MODES = (Quiet, Metrics, Traces, QuietAgain)
 # reqwest's blocking client runs its requests on.
 EXPORT_THREADS = ("OpenTelemetry", "reqwest-interna")
 
-
-def cpu_by_thread(pid: int) -> dict[str, float]:
-    """CPU seconds each live thread of `pid` has used, summed by thread name."""
-    out: dict[str, float] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            name = (task / "comm").read_text().strip()
-            ns = int((task / "schedstat").read_text().split()[0])
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-            continue  # the thread exited while we listed them
-        out[name] = out.get(name, 0.0) + ns / 1e9
-    return out
-
 UNSAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
 
 
@@ -150,7 +137,7 @@ def main() -> int:
             if sampler:
                 sampler.send_signal(signal.SIGINT)
                 sampler.wait(120)
-            cpu = cpu_by_thread(b.proc.pid)
+            cpu = {name: ns / 1e9 for name, ns in bench.thread_run_ns(b.proc.pid, by_name=True).items()}
             threads_seen.update(cpu)
             export = sum(v for k, v in cpu.items() if k.startswith(EXPORT_THREADS))
             if not perf_data:

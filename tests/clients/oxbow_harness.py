@@ -262,8 +262,9 @@ def wait_until(cond: Callable[[], bool], timeout: float, what: str, interval: fl
         time.sleep(interval)
 
 
-def admin_client(broker: Broker) -> AdminClient:
-    return AdminClient({"bootstrap.servers": broker.bootstrap, "socket.timeout.ms": 10000})
+def admin_client(broker: Broker, socket_timeout_s: float = 10.0) -> AdminClient:
+    """An AdminClient of `broker`; a request unanswered for `socket_timeout_s` fails."""
+    return AdminClient({"bootstrap.servers": broker.bootstrap, "socket.timeout.ms": int(socket_timeout_s * 1000)})
 
 
 def create_topic(

@@ -16,7 +16,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic, ResourceType
+from confluent_kafka.admin import ConfigResource, ConfigSource, NewPartitions, NewTopic, ResourceType
 
 from oxbow_harness import (
     REFERENCE_KAFKA,
@@ -331,7 +331,7 @@ def test_a_broker_busy_opening_thousands_of_partitions_keeps_its_session(broker_
     # What is checked is the broker's session, not how fast it creates 4,000 partitions: the
     # client waits as long as the request may take (the harness's 10 s socket timeout expired
     # once in CI, with the Kubernetes suite starting beside it, the broker never fenced).
-    admin = AdminClient({"bootstrap.servers": b.bootstrap, "socket.timeout.ms": 180_000})
+    admin = admin_client(b, socket_timeout_s=180)
     started = time.monotonic()
     admin.create_topics([NewTopic("many", num_partitions=4000, replication_factor=1)],
                         request_timeout=180)["many"].result(180)

@@ -48,6 +48,11 @@ class Suite:
         print(f"[{self.name}] FAILED (see the dumps above): {msg}", flush=True)
         sys.exit(1)
 
+    def broker_pods(self, ns, cluster):
+        """The Cluster's broker pods, as the API server lists them."""
+        return self.kjson("get", "pods", "-n", ns, "-l",
+                          f"app.kubernetes.io/instance={cluster},app.kubernetes.io/component=broker")["items"]
+
     def broker_hosts(self, ns, cluster, path):
         """Maps each broker's cluster DNS name to its pod IP, and the Cluster's bootstrap
         Service's name to its ClusterIP (kube-proxy routes it from the host too), in a hosts file
@@ -59,11 +64,11 @@ class Suite:
         every broker it knows unreachable at once (a JVM caches a name's old IP for 30 s) goes
         back to its bootstrap addresses (metadata.recovery.strategy=rebootstrap), which must
         still lead to a broker."""
-        pods = self.kjson("get", "pods", "-n", ns, "-l",
-                          f"app.kubernetes.io/instance={cluster},app.kubernetes.io/component=broker")["items"]
+        pods = self.broker_pods(ns, cluster)
         lines = [f"{p['status']['podIP']} {p['metadata']['name']}.{cluster}-brokers.{ns}.svc.cluster.local\n"
                  for p in pods if p["status"].get("podIP")]
         bootstrap = f"{cluster}-bootstrap.{ns}.svc.cluster.local"
+        # Read each time, not once: a Cluster deleted and created again gets a new Service and IP.
         lines.append(f"{self.kjson('get', 'service', '-n', ns, f'{cluster}-bootstrap')['spec']['clusterIP']} "
                      f"{bootstrap}\n")
         with open(path + ".new", "w") as f:
@@ -74,8 +79,7 @@ class Suite:
     def broker_log_lines(self, ns, cluster, needles, last=30):
         """The last `last` lines of each broker's log that contain one of `needles`, for failure
         reports."""
-        pods = self.kjson("get", "pods", "-n", ns, "-l",
-                          f"app.kubernetes.io/instance={cluster},app.kubernetes.io/component=broker")["items"]
+        pods = self.broker_pods(ns, cluster)
         out = []
         for p in pods:
             name = p["metadata"]["name"]
