@@ -287,6 +287,14 @@ def test_create_partitions(broker):
     assert isinstance(err, KafkaError) and err.code() == KafkaError.INVALID_PARTITIONS, \
         f"shrinking partitions: expected INVALID_PARTITIONS, got {exc.value!r}"
 
+    # A topic that does not exist (the active controller answers, not this broker's image).
+    fut = admin.create_partitions([NewPartitions("no-such-topic", 3)], request_timeout=15)
+    with pytest.raises(Exception) as exc:
+        fut["no-such-topic"].result(timeout=20)
+    err = exc.value.args[0] if exc.value.args else None
+    assert isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART, \
+        f"growing a missing topic: expected UNKNOWN_TOPIC_OR_PART, got {exc.value!r}"
+
 
 def test_an_operation_of_more_than_ten_thousand_metadata_records_is_refused_whole(broker):
     """Kafka's controller writes at most 10,000 records per user operation (a topic record and

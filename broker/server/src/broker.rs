@@ -398,11 +398,10 @@ impl Broker {
         Ok(topic.meta.id)
     }
 
-    /// Grows a topic to `count` partitions.
+    /// Grows a topic to `count` partitions. Whether the topic exists is the active controller's
+    /// answer, as in Kafka: this broker's image may not have applied a topic that another broker
+    /// just created (a CreatePartitions through it was refused UNKNOWN_TOPIC_OR_PARTITION).
     pub async fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), BrokerError> {
-        if self.topic(name).is_none() {
-            return Err(BrokerError::UnknownTopic(format!("topic {name} does not exist")));
-        }
         self.controller.execute(Command::CreatePartitions { name: name.to_string(), count, validate_only }).await?;
         Ok(())
     }
