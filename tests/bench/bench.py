@@ -768,11 +768,13 @@ def metadata_latencies(b: Broker, topic: str, partitions: int, n: int) -> list[f
     until it has, for up to 60 s, before the timed requests."""
     name = topic.encode()
     body = struct.pack(">ih", 1, len(name)) + name + b"\x00"
+    # at least 26 bytes per partition (error, index, leader, three empty arrays... )
+    whole = 26 * partitions
     with socket.create_connection(("127.0.0.1", b.port), timeout=60) as s:
         deadline = time.monotonic() + 60
         while True:
             s.sendall(kafka_request(3, 4, 0, body))
-            if len(read_frame(s)) >= 26 * partitions or time.monotonic() > deadline:
+            if len(read_frame(s)) >= whole or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
         out = []
@@ -781,8 +783,7 @@ def metadata_latencies(b: Broker, topic: str, partitions: int, n: int) -> list[f
             s.sendall(kafka_request(3, 4, i, body))
             frame = read_frame(s)
             out.append(time.perf_counter() - t0)
-            # at least 26 bytes per partition (error, index, leader, three empty arrays... )
-            if len(frame) < 26 * partitions:
+            if len(frame) < whole:
                 raise RuntimeError(f"Metadata answer of {len(frame)} bytes for {partitions} partitions")
         return out
 
