@@ -295,6 +295,20 @@ def test_create_partitions(broker):
     assert isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART, \
         f"growing a missing topic: expected UNKNOWN_TOPIC_OR_PART, got {exc.value!r}"
 
+    # Explicit replica lists of the new partitions: checked, then kept as given.
+    me = next(iter(admin.list_topics(timeout=10).brokers))
+    for bad in ([[me, me]], [[me + 100]], [[me], [me]]):
+        fut = admin.create_partitions([NewPartitions(topic, 7, replica_assignment=bad)], request_timeout=15)
+        with pytest.raises(Exception) as exc:
+            fut[topic].result(timeout=20)
+        err = exc.value.args[0] if exc.value.args else None
+        assert isinstance(err, KafkaError) and err.code() == KafkaError.INVALID_REPLICA_ASSIGNMENT, \
+            f"assignment {bad}: expected INVALID_REPLICA_ASSIGNMENT, got {exc.value!r}"
+    fut = admin.create_partitions([NewPartitions(topic, 7, replica_assignment=[[me]])], request_timeout=15)
+    fut[topic].result(timeout=20)
+    wait_for_topic(admin, topic, 7)
+    assert admin.list_topics(topic, timeout=10).topics[topic].partitions[6].replicas == [me]
+
 
 def test_an_operation_of_more_than_ten_thousand_metadata_records_is_refused_whole(broker):
     """Kafka's controller writes at most 10,000 records per user operation (a topic record and

@@ -9,10 +9,13 @@ Timings are printed (run with -s to see them), never asserted.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import threading
 import time
@@ -23,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import ElectionType, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from oxbow_cluster import Cluster, Node, free_port_on, node_host
 from oxbow_harness import consume_all, flush_all, require_broker_binary, scrape, wait_until
@@ -122,6 +125,121 @@ def test_topics_created_through_any_node_are_seen_by_every_node(cluster_factory)
     values = [r.value.decode() for recs in got.values() for r in recs]
     assert sorted(values) == sorted(f"v{i}" for i in range(400))
     assert sum(1 for recs in got.values() if recs) > 1, "keys spread over several partitions"
+
+
+class Wire:
+    """Kafka requests to one node, over a connection of its own (non-flexible versions). Kafka's
+    clients send topic changes to the controller a Metadata answer names; these go where the
+    test says."""
+
+    def __init__(self, node) -> None:
+        self.sock = socket.create_connection((node.host, node.port), timeout=60)
+        self.correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def call(self, api_key: int, version: int, body: bytes) -> io.BytesIO:
+        self.correlation += 1
+        head = struct.pack(">hhih", api_key, version, self.correlation, 4) + b"test"
+        self.sock.sendall(struct.pack(">i", len(head) + len(body)) + head + body)
+        size = struct.unpack(">i", self._exactly(4))[0]
+        frame = io.BytesIO(self._exactly(size))
+        assert struct.unpack(">i", frame.read(4))[0] == self.correlation
+        return frame
+
+    def _exactly(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            assert chunk, "the broker closed the connection"
+            buf += chunk
+        return buf
+
+    @staticmethod
+    def string(v: str | None) -> bytes:
+        if v is None:
+            return struct.pack(">h", -1)
+        b = v.encode()
+        return struct.pack(">h", len(b)) + b
+
+    @staticmethod
+    def read_string(f: io.BytesIO) -> str | None:
+        (n,) = struct.unpack(">h", f.read(2))
+        return None if n < 0 else f.read(n).decode()
+
+    def create_partitions(self, topic: str, count: int, assignments: list[list[int]]) -> tuple[int, str | None]:
+        """CreatePartitions v1 for one topic: (error code, message)."""
+        lists = b"".join(struct.pack(">i", len(a)) + b"".join(struct.pack(">i", x) for x in a) for a in assignments)
+        body = (struct.pack(">i", 1) + self.string(topic) + struct.pack(">ii", count, len(assignments)) + lists
+                + struct.pack(">ib", 30_000, 0))
+        f = self.call(37, 1, body)
+        f.read(4 + 4)  # throttle, one result
+        self.read_string(f)
+        (code,) = struct.unpack(">h", f.read(2))
+        return code, self.read_string(f)
+
+    def set_topic_config(self, topic: str, key: str, value: str) -> tuple[int, str | None]:
+        """IncrementalAlterConfigs v0, one SET on one topic: (error code, message)."""
+        body = (struct.pack(">ib", 1, 2) + self.string(topic) + struct.pack(">i", 1) + self.string(key)
+                + struct.pack(">b", 0) + self.string(value) + struct.pack(">b", 0))
+        f = self.call(44, 0, body)
+        f.read(4 + 4)
+        (code,) = struct.unpack(">h", f.read(2))
+        return code, self.read_string(f)
+
+    def delete_topic(self, topic: str) -> int:
+        """DeleteTopics v1 of one topic: its error code."""
+        f = self.call(20, 1, struct.pack(">i", 1) + self.string(topic) + struct.pack(">i", 30_000))
+        f.read(4 + 4)
+        self.read_string(f)
+        return struct.unpack(">h", f.read(2))[0]
+
+
+def test_a_topic_created_through_one_node_is_changed_and_deleted_through_the_others_at_once(cluster_factory):
+    """Kafka answers IncrementalAlterConfigs, CreatePartitions and DeleteTopics on the active
+    controller, so a topic created through one node can be changed through any other the moment
+    its creation is answered, whether or not that node has applied it yet (opening 2,000
+    partitions takes the others a moment). A benchmark run once failed a CreatePartitions this
+    way. Two config changes through two nodes one after the other both hold: the second is not
+    merged into an image that lacks the first."""
+    c = cluster_factory(controllers=3, brokers=1)
+    nodes = c.nodes
+    wires = [Wire(n) for n in nodes]
+    try:
+        for i in range(4):
+            name = f"fresh-{i}"
+            # librdkafka sends it to the node Metadata names as the controller.
+            create(admin(nodes[i]), name, partitions=2000, replication_factor=1)
+            # Over the four topics, each step goes through each node once.
+            alterer, other, grower, deleter = (i + 1) % 4, (i + 2) % 4, (i + 3) % 4, i
+            for n, key, value in ((alterer, "retention.ms", str(3_600_000 + i)), (other, "segment.bytes", "1048576")):
+                code, msg = wires[n].set_topic_config(name, key, value)
+                assert code == 0, f"{name}: {key} through node {nodes[n].node_id}: error {code} {msg}"
+            # An explicit replica list, checked against the topic as the active controller has it.
+            code, msg = wires[grower].create_partitions(name, 2001, [[1 + i]])
+            assert code == 0, f"{name}: CreatePartitions through node {nodes[grower].node_id}: error {code} {msg}"
+            # Answered once the node it went through has applied it.
+            image = nodes[grower].metadata()["topics"][name]
+            assert len(image["partitions"]) == 2001 and image["partitions"][2000]["replicas"] == [1 + i], image["partitions"][-1]
+            # Both config changes hold (librdkafka asks any node; it may not have applied them yet).
+            adm = admin(nodes[other])
+
+            def configs() -> tuple:
+                got = adm.describe_configs([ConfigResource("topic", name)])
+                values = {k: v.value for f in got.values() for k, v in f.result(timeout=30).items()}
+                return values["retention.ms"], values["segment.bytes"]
+
+            wait_until(lambda: configs() == (str(3_600_000 + i), "1048576"), 30,
+                       f"{name} has both config changes (retention.ms, segment.bytes)")
+            code = wires[deleter].delete_topic(name)
+            assert code == 0, f"{name}: DeleteTopics through node {nodes[deleter].node_id}: error {code}"
+    finally:
+        for w in wires:
+            w.close()
+    names = [f"fresh-{i}" for i in range(4)]
+    for n in c.nodes:
+        wait_until(lambda: not any(name in n.view() for name in names), 60, f"node {n.node_id} has none of them left")
 
 
 def test_broker_only_node_started_before_its_only_controller_follows_it(request, tmp_path):

@@ -54,6 +54,9 @@ pub enum Command {
     CreatePartitions {
         name: String,
         count: i32,
+        /// The new partitions' replica lists (CreatePartitions' `assignments`), else placed here.
+        #[serde(default)]
+        assignments: Option<Vec<Vec<NodeId>>>,
         validate_only: bool,
     },
     /// Replaces a topic's config overrides (validated by the caller).
@@ -127,6 +130,11 @@ pub enum Command {
     UnregisterBroker {
         node_id: NodeId,
     },
+    /// Changes nothing. Its answer's version covers every record committed before it, so a
+    /// broker that waits to apply that version sees what the active controller saw: a read
+    /// barrier for admin requests that look a topic up before changing it (Kafka answers them
+    /// on the controller, so a topic created through another broker a moment ago is there).
+    Barrier,
 }
 
 /// Kafka's `ElectionType`.
@@ -351,7 +359,7 @@ impl Controller {
                 let t = img.topic(name).ok_or_else(|| unknown_topic(name))?;
                 Ok(Decision::new(vec![Record::RemoveTopic { id: t.id }], Reply::Done))
             }
-            Command::CreatePartitions { name, count, validate_only } => {
+            Command::CreatePartitions { name, count, assignments, validate_only } => {
                 let t = img.topic(name).ok_or_else(|| unknown_topic(name))?;
                 let current = t.partitions.len() as i32;
                 if *count < current {
@@ -365,7 +373,26 @@ impl Controller {
                 // During a move the first partition's replicas include those it is removing.
                 let rf = t.partitions.first().map_or(1, |p| p.replicas.len() - p.removing.len()) as i16;
                 bounded((*count - current) as usize)?;
-                let placed = place(img, current, *count - current, rf)?;
+                let placed = match assignments {
+                    Some(a) => {
+                        if a.len() as i32 != *count - current {
+                            return Err(Refusal::InvalidReplicaAssignment(format!(
+                                "Attempted to add {} additional partition(s), but only {} assignment(s) were specified.",
+                                *count - current,
+                                a.len()
+                            )));
+                        }
+                        if let Some(r) = a.iter().find(|r| r.len() != rf as usize) {
+                            return Err(Refusal::InvalidReplicaAssignment(format!(
+                                "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {rf} replica(s).",
+                                r.len()
+                            )));
+                        }
+                        check_assignments(img, current, a)?;
+                        a.clone()
+                    }
+                    None => place(img, current, *count - current, rf)?,
+                };
                 if *validate_only {
                     return Ok(Decision::new(Vec::new(), Reply::Done));
                 }
@@ -456,6 +483,7 @@ impl Controller {
             Command::ListReassignments { partitions } => {
                 Ok(Decision::new(Vec::new(), Reply::Reassigning(reassignment::list(img, partitions.as_deref()))))
             }
+            Command::Barrier => Ok(Decision::new(Vec::new(), Reply::Done)),
             Command::UnregisterBroker { node_id } => {
                 if !img.brokers.contains_key(node_id) {
                     return Err(Refusal::BrokerNotRegistered(format!(
@@ -622,21 +650,7 @@ impl Controller {
         }
         let placed = match assignments {
             Some(a) => {
-                for (i, replicas) in a.iter().enumerate() {
-                    let mut seen = replicas.clone();
-                    seen.sort_unstable();
-                    seen.dedup();
-                    if replicas.is_empty() || seen.len() != replicas.len() {
-                        return Err(Refusal::InvalidReplicaAssignment(format!(
-                            "Partition {i} has an empty or duplicate replica list {replicas:?}."
-                        )));
-                    }
-                    if let Some(r) = replicas.iter().find(|r| !img.brokers.contains_key(r)) {
-                        return Err(Refusal::InvalidReplicaAssignment(format!(
-                            "Replica {r} of partition {i} is not a registered broker."
-                        )));
-                    }
-                }
+                check_assignments(img, 0, a)?;
                 a.to_vec()
             }
             None => {
@@ -672,6 +686,28 @@ impl Controller {
     }
 }
 
+/// Explicit replica lists of partitions `first..`: none empty, no broker twice in one, every
+/// broker registered.
+fn check_assignments(img: &MetadataImage, first: i32, a: &[Vec<NodeId>]) -> Result<(), Refusal> {
+    for (i, replicas) in a.iter().enumerate() {
+        let partition = first + i as i32;
+        let mut seen = replicas.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        if replicas.is_empty() || seen.len() != replicas.len() {
+            return Err(Refusal::InvalidReplicaAssignment(format!(
+                "Partition {partition} has an empty or duplicate replica list {replicas:?}."
+            )));
+        }
+        if let Some(r) = replicas.iter().find(|r| !img.brokers.contains_key(r)) {
+            return Err(Refusal::InvalidReplicaAssignment(format!(
+                "Replica {r} of partition {partition} is not a registered broker."
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Whether `refusal` of a retried `cmd` only says that an earlier attempt of it took effect
 /// (committed, but its answer lost to a leader change or a timeout): the topic it deleted is
 /// gone, the partitions it added are there. The caller then answers success, as the first
@@ -679,7 +715,7 @@ impl Controller {
 pub fn done_before(img: &MetadataImage, cmd: &Command, refusal: &Refusal) -> bool {
     match (cmd, refusal) {
         (Command::DeleteTopic { name }, Refusal::UnknownTopic(_)) => img.topic(name).is_none(),
-        (Command::CreatePartitions { name, count, validate_only: false }, Refusal::InvalidPartitions(_)) => {
+        (Command::CreatePartitions { name, count, validate_only: false, .. }, Refusal::InvalidPartitions(_)) => {
             img.topic(name).is_some_and(|t| t.partitions.len() as i64 == i64::from(*count))
         }
         _ => false,

@@ -760,8 +760,10 @@ impl Quorum {
         // A heartbeat is the broker's proof that it is still part of the cluster: answer it
         // only with a majority's confirmation that this node still leads, so a leader cut off
         // from the quorum cannot keep its own broker believing it is unfenced. (Writes need no
-        // such check: they commit through the quorum or not at all.)
-        if matches!(cmd, Command::Heartbeat { .. }) && raft.ensure_linearizable().await.is_err() {
+        // such check: they commit through the quorum or not at all.) A barrier, too: a deposed
+        // leader that does not know it yet would answer with a version from before the new
+        // leader's commits.
+        if matches!(cmd, Command::Heartbeat { .. } | Command::Barrier) && raft.ensure_linearizable().await.is_err() {
             return Err(self.not_controller());
         }
         let mut controller = self.inner.controller.lock().await;

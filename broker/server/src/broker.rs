@@ -175,6 +175,33 @@ impl Broker {
         self.view.topic_by_id(id)
     }
 
+    /// Waits until this broker has applied every record the active controller had committed
+    /// when asked ([`Command::Barrier`]).
+    pub async fn catch_up(&self) -> Result<(), BrokerError> {
+        self.controller.execute(Command::Barrier).await.map(|_| ())
+    }
+
+    /// `name`'s topic for a request that changes it: from this broker's image, or, if it is
+    /// not there, from the image once it holds what the active controller has committed. Kafka
+    /// answers these requests on the controller, so a topic created through another broker a
+    /// moment ago is found (this broker may not have applied it yet).
+    pub async fn topic_to_change(&self, name: &str) -> Result<Option<Arc<Topic>>, BrokerError> {
+        if let Some(t) = self.topic(name) {
+            return Ok(Some(t));
+        }
+        self.catch_up().await?;
+        Ok(self.topic(name))
+    }
+
+    /// [`Self::topic_to_change`] by topic id.
+    pub async fn topic_by_id_to_change(&self, id: Uuid) -> Result<Option<Arc<Topic>>, BrokerError> {
+        if let Some(t) = self.topic_by_id(id) {
+            return Ok(Some(t));
+        }
+        self.catch_up().await?;
+        Ok(self.topic_by_id(id))
+    }
+
     pub fn all_topics(&self) -> Vec<Arc<Topic>> {
         self.view.all_topics()
     }
@@ -390,7 +417,7 @@ impl Broker {
         if !self.config.delete_topic_enable {
             return Err(BrokerError::TopicDeletionDisabled);
         }
-        let Some(topic) = self.topic(name) else {
+        let Some(topic) = self.topic_to_change(name).await? else {
             return Err(BrokerError::UnknownTopic(format!("topic {name} does not exist")));
         };
         self.controller.execute(Command::DeleteTopic { name: name.to_string() }).await?;
@@ -401,16 +428,22 @@ impl Broker {
     /// Grows a topic to `count` partitions. Whether the topic exists is the active controller's
     /// answer, as in Kafka: this broker's image may not have applied a topic that another broker
     /// just created (a CreatePartitions through it was refused UNKNOWN_TOPIC_OR_PARTITION).
-    pub async fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), BrokerError> {
-        self.controller.execute(Command::CreatePartitions { name: name.to_string(), count, validate_only }).await?;
+    /// `assignments`: the new partitions' replica lists, else the controller places them.
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        assignments: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    ) -> Result<(), BrokerError> {
+        let cmd = Command::CreatePartitions { name: name.to_string(), count, assignments, validate_only };
+        self.controller.execute(cmd).await?;
         Ok(())
     }
 
-    /// Replaces a topic's config overrides (already validated).
+    /// Replaces a topic's config overrides (already validated). Whether the topic exists is the
+    /// active controller's answer (see [`Self::create_partitions`]).
     pub async fn set_topic_configs(&self, name: &str, configs: BTreeMap<String, String>) -> Result<(), BrokerError> {
-        if self.topic(name).is_none() {
-            return Err(BrokerError::UnknownTopic(format!("topic {name} does not exist")));
-        }
         self.controller.execute(Command::SetTopicConfigs { name: name.to_string(), configs }).await?;
         Ok(())
     }

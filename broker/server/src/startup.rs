@@ -131,7 +131,8 @@ pub async fn import_legacy(broker: &Broker, legacy: Legacy) -> anyhow::Result<()
         let mut count = first;
         while count < t.partitions {
             count = (count + step).min(t.partitions);
-            let grow = Command::CreatePartitions { name: t.name.clone(), count, validate_only: false };
+            let grow =
+                Command::CreatePartitions { name: t.name.clone(), count, assignments: None, validate_only: false };
             broker.execute(grow).await.map_err(|e| anyhow::anyhow!("importing topic {}: {}", t.name, e))?;
         }
     }

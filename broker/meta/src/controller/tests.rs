@@ -126,11 +126,11 @@ fn a_retried_command_that_took_effect_succeeds() {
     assert!(matches!(c.decide(&img, &cmd(random_topic_id()), 0), Err(Refusal::TopicAlreadyExists(_))));
 
     // A deletion or growth whose refusal says it is done already, only then.
-    let grow = Command::CreatePartitions { name: "t".into(), count: 2, validate_only: false };
+    let grow = Command::CreatePartitions { name: "t".into(), count: 2, assignments: None, validate_only: false };
     let refused = c.decide(&img, &grow, 0).expect_err("no growth");
     assert!(done_before(&img, &grow, &refused));
-    let grow3 = Command::CreatePartitions { name: "t".into(), count: 3, validate_only: false };
-    let shrink = Command::CreatePartitions { name: "t".into(), count: 1, validate_only: false };
+    let grow3 = Command::CreatePartitions { name: "t".into(), count: 3, assignments: None, validate_only: false };
+    let shrink = Command::CreatePartitions { name: "t".into(), count: 1, assignments: None, validate_only: false };
     let refused = c.decide(&img, &shrink, 0).expect_err("no shrink");
     assert!(!done_before(&img, &shrink, &refused));
     assert!(c.decide(&img, &grow3, 0).is_ok());
@@ -161,13 +161,28 @@ fn create_refusals() {
     assert!(matches!(create(&mut c, &mut img, "t", 0, 1), Err(Refusal::InvalidPartitions(_))));
     create(&mut c, &mut img, "t", 1, 2).expect("create");
     assert!(matches!(create(&mut c, &mut img, "t", 1, 1), Err(Refusal::TopicAlreadyExists(_))));
-    let grow = |count| Command::CreatePartitions { name: "t".into(), count, validate_only: false };
+    let grow = |count| Command::CreatePartitions { name: "t".into(), count, assignments: None, validate_only: false };
     assert!(matches!(c.decide(&img, &grow(1), 0), Err(Refusal::InvalidPartitions(_))));
     let d = c.decide(&img, &grow(3), 0).expect("grow");
     commit(&mut img, &d);
     let t = img.topic("t").expect("t");
     assert_eq!(t.partitions.len(), 3);
     assert!(t.partitions.iter().all(|p| p.replicas.len() == 2));
+
+    // Explicit replica lists of the new partitions are kept as given, once checked.
+    let with = |count, a: Vec<Vec<NodeId>>| Command::CreatePartitions {
+        name: "t".into(),
+        count,
+        assignments: Some(a),
+        validate_only: false,
+    };
+    for bad in [with(5, vec![vec![2, 1]]), with(4, vec![vec![1]]), with(4, vec![vec![1, 1]]), with(4, vec![vec![1, 9]])]
+    {
+        assert!(matches!(c.decide(&img, &bad, 0), Err(Refusal::InvalidReplicaAssignment(_))), "{bad:?}");
+    }
+    let d = c.decide(&img, &with(4, vec![vec![2, 1]]), 0).expect("grow by one");
+    commit(&mut img, &d);
+    assert_eq!(img.topic("t").expect("t").partitions[3].replicas, vec![2, 1]);
 }
 
 #[test]
@@ -464,8 +479,13 @@ fn an_operation_of_more_than_ten_thousand_records_is_refused_whole_as_kafka_does
     create(&mut c, &mut img, "t", 9_999, 1).expect("at the limit");
     // Partitions added count the same way.
     create(&mut c, &mut img, "small", 1, 1).expect("create");
-    let mut grow =
-        |count| c.decide(&img, &Command::CreatePartitions { name: "small".into(), count, validate_only: true }, 0);
+    let mut grow = |count| {
+        c.decide(
+            &img,
+            &Command::CreatePartitions { name: "small".into(), count, assignments: None, validate_only: true },
+            0,
+        )
+    };
     assert!(matches!(grow(10_002), Err(Refusal::PolicyViolation(_))));
     assert!(grow(10_001).is_ok());
 }

@@ -138,7 +138,15 @@ pub async fn delete_topics(ctx: &Ctx<'_>, req: DeleteTopicsRequest) -> DeleteTop
         r.topic_id = id;
         let resolved = match &name {
             Some(n) => Some(n.clone()),
-            None => b.topic_by_id(id).map(|t| t.meta.name.clone()),
+            None => match b.topic_by_id_to_change(id).await {
+                Ok(t) => t.map(|t| t.meta.name.clone()),
+                Err(e) => {
+                    r.error_code = e.code();
+                    r.error_message = Some(s(e.message()));
+                    resp.responses.push(r);
+                    continue;
+                }
+            },
         };
         r.name = resolved.as_ref().or(name.as_ref()).map(|n| topic_name(n));
         let result = match resolved {
@@ -167,32 +175,14 @@ pub async fn create_partitions(ctx: &Ctx<'_>, req: CreatePartitionsRequest) -> C
         let mut r = CreatePartitionsTopicResult::default();
         r.name = t.name.clone();
         let name = t.name.0.to_string();
-        let current = b.topic(&name).map_or(0, |t| t.meta.partitions);
-        let rf = b.topic(&name).and_then(|t| t.states.first().map(|p| p.replicas.len())).unwrap_or(1);
-        // Kafka: null assignments = the broker places the new partitions; a list must have one
-        // entry per new partition.
-        let bad_assignment = t.assignments.as_ref().filter(|_| t.count > current).and_then(|a| {
-            if a.len() as i32 != t.count - current {
-                Some(format!(
-                    "increasing the number of partitions by {} but {} assignments provided",
-                    t.count - current,
-                    a.len()
-                ))
-            } else {
-                a.iter().find(|x| x.broker_ids.len() != rf).map(|x| {
-                    format!(
-                        "Inconsistent replication factor between partitions, partition 0 has {rf} while partitions {current} has replication factor {}",
-                        x.broker_ids.len()
-                    )
-                })
-            }
-        });
-        let result = if let Err(e) = ctx.check_topic(Operation::Alter, &name) {
-            Err(e)
-        } else if let Some(why) = bad_assignment {
-            Err(BrokerError::InvalidReplicaAssignment(why))
-        } else {
-            b.create_partitions(&name, t.count, req.validate_only).await
+        // Null assignments: the controller places the new partitions. A list has one entry per
+        // new partition, of the topic's replication factor: the active controller checks it
+        // against the topic as it has it (this broker may not have applied the topic yet).
+        let assignments =
+            t.assignments.as_ref().map(|a| a.iter().map(|x| x.broker_ids.iter().map(|id| id.0).collect()).collect());
+        let result = match ctx.check_topic(Operation::Alter, &name) {
+            Ok(()) => b.create_partitions(&name, t.count, assignments, req.validate_only).await,
+            Err(e) => Err(e),
         };
         if let Err(e) = result {
             r.error_code = e.code();

@@ -177,14 +177,18 @@ fn check_alter(ctx: &Ctx<'_>, resource_type: i8, name: &str) -> Result<(), Broke
     }
 }
 
-/// The topic an Alter*Configs resource names; brokers and other resource types are refused.
-fn alter_target(
+/// The topic an Alter*Configs resource names (as the active controller has it, see
+/// `Broker::topic_to_change`); brokers and other resource types are refused.
+async fn alter_target(
     b: &crate::broker::Broker,
     resource_type: i8,
     name: &str,
 ) -> Result<std::sync::Arc<crate::broker::Topic>, BrokerError> {
     match resource_type {
-        TOPIC => b.topic(name).ok_or_else(|| BrokerError::UnknownTopic(format!("topic {name} does not exist"))),
+        TOPIC => b
+            .topic_to_change(name)
+            .await?
+            .ok_or_else(|| BrokerError::UnknownTopic(format!("topic {name} does not exist"))),
         BROKER => Err(BrokerError::InvalidRequest(
             "AlterConfigs on brokers is not supported; use IncrementalAlterConfigs on the cluster-wide default".into(),
         )),
@@ -203,7 +207,7 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterConfigsRequest) -> AlterConfigsRespo
         let result: Result<(), BrokerError> = async {
             let name = r.resource_name.as_str();
             check_alter(ctx, r.resource_type, name)?;
-            alter_target(b, r.resource_type, name)?;
+            alter_target(b, r.resource_type, name).await?;
             let mut configs = BTreeMap::new();
             for c in &r.configs {
                 let Some(v) = &c.value else { continue };
@@ -297,7 +301,11 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
             if r.resource_type == BROKER {
                 return alter_dynamic_broker(b, name, &r.configs, req.validate_only).await;
             }
-            let topic = alter_target(b, r.resource_type, name)?;
+            // The operations apply to the overrides as the active controller has them, so a
+            // change made through another broker a moment ago is kept (Kafka applies them on its
+            // controller). Two changes at the same moment can still race; the last one wins.
+            b.catch_up().await?;
+            let topic = alter_target(b, r.resource_type, name).await?;
             let mut configs = topic.meta.configs.clone();
             for c in &r.configs {
                 let key = c.name.to_string();
