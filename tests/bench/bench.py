@@ -1335,8 +1335,8 @@ def main() -> int:
         certs = security_certs.generate(Path(tmp) / "certs")
         # Each stage of a round: the --only-* flag that runs it alone, its label, how to run it
         # for one kind of broker in a fresh directory, and the fewest report rows it yields.
-        # Transactions run only alone; recovery runs alone only when asked (the full round ends
-        # with it).
+        # Transactions run alone only when asked (the full round runs them); recovery runs in the
+        # full round (after the round's other workloads) and alone (a fresh broker).
         stages = [
             ("only_txn", "transactions", lambda cls, d: txn_round(cls, cp, d, args, res), 5),
             ("only_durability", "durability (Oxbow fsyncs every batch)",
@@ -1358,7 +1358,7 @@ def main() -> int:
             ("only_move", "partition reassignment (two nodes)", lambda cls, d: move_round(cls.name, cp, d, args, res), 2),
         ]
         chosen = ([st for st in stages if st[0] and getattr(args, st[0])]
-                  or [st for st in stages if st[0] not in ("only_txn", "only_recovery")])
+                  or [st for st in stages if st[0] != "only_txn"])
         least = sum(st[3] for st in chosen)
         failed: list[str] = []
         for r in range(args.rounds):
