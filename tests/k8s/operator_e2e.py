@@ -651,7 +651,13 @@ def main():
             return x if q.get("voters") == ids and q.get("leader") in ids and settled else None
         return check
 
-    leader_before = kjson("get", "cluster", "-n", NS, "events")["status"]["quorum"]["leader"]
+    # The status holds the quorum once the operator has asked the brokers for it: right after the
+    # drain (its pod deleted and started again) it may not have yet.
+    def quorum_leader():
+        q = (kjson("get", "cluster", "-n", NS, "events").get("status") or {}).get("quorum") or {}
+        return q.get("leader") is not None and q
+
+    leader_before = wait("the quorum in the Cluster's status", quorum_leader, 120)["leader"]
     properties = kjson("get", "configmap", "-n", NS, "events-config")["data"]["server.properties"]
     kubectl("patch", "cluster/events", "-n", NS, "--type=merge", "-p", '{"spec":{"controllers":{"replicas":1}}}')
     wait("voters [0]", voters_are([0]), 300)
