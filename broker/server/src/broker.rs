@@ -186,20 +186,24 @@ impl Broker {
     /// answers these requests on the controller, so a topic created through another broker a
     /// moment ago is found (this broker may not have applied it yet).
     pub async fn topic_to_change(&self, name: &str) -> Result<Option<Arc<Topic>>, BrokerError> {
-        if let Some(t) = self.topic(name) {
-            return Ok(Some(t));
-        }
-        self.catch_up().await?;
-        Ok(self.topic(name))
+        self.caught_up_if_missing(|b| b.topic(name)).await
     }
 
     /// [`Self::topic_to_change`] by topic id.
     pub async fn topic_by_id_to_change(&self, id: Uuid) -> Result<Option<Arc<Topic>>, BrokerError> {
-        if let Some(t) = self.topic_by_id(id) {
+        self.caught_up_if_missing(|b| b.topic_by_id(id)).await
+    }
+
+    /// `look` in this broker's image; if it finds nothing, again after [`Self::catch_up`].
+    async fn caught_up_if_missing(
+        &self,
+        look: impl Fn(&Self) -> Option<Arc<Topic>>,
+    ) -> Result<Option<Arc<Topic>>, BrokerError> {
+        if let Some(t) = look(self) {
             return Ok(Some(t));
         }
         self.catch_up().await?;
-        Ok(self.topic_by_id(id))
+        Ok(look(self))
     }
 
     pub fn all_topics(&self) -> Vec<Arc<Topic>> {

@@ -137,21 +137,14 @@ pub async fn delete_topics(ctx: &Ctx<'_>, req: DeleteTopicsRequest) -> DeleteTop
         let mut r = DeletableTopicResult::default();
         r.topic_id = id;
         let resolved = match &name {
-            Some(n) => Some(n.clone()),
-            None => match b.topic_by_id_to_change(id).await {
-                Ok(t) => t.map(|t| t.meta.name.clone()),
-                Err(e) => {
-                    r.error_code = e.code();
-                    r.error_message = Some(s(e.message()));
-                    resp.responses.push(r);
-                    continue;
-                }
-            },
+            Some(n) => Ok(Some(n.clone())),
+            None => b.topic_by_id_to_change(id).await.map(|t| t.map(|t| t.meta.name.clone())),
         };
-        r.name = resolved.as_ref().or(name.as_ref()).map(|n| topic_name(n));
+        r.name = resolved.as_ref().ok().and_then(Option::as_ref).or(name.as_ref()).map(|n| topic_name(n));
         let result = match resolved {
-            None => Err(BrokerError::UnknownTopicId),
-            Some(n) => match ctx.check_topic(Operation::Delete, &n) {
+            Err(e) => Err(e),
+            Ok(None) => Err(BrokerError::UnknownTopicId),
+            Ok(Some(n)) => match ctx.check_topic(Operation::Delete, &n) {
                 Ok(()) => b.delete_topic(&n).await,
                 Err(e) => Err(e),
             },

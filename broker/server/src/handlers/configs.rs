@@ -177,18 +177,26 @@ fn check_alter(ctx: &Ctx<'_>, resource_type: i8, name: &str) -> Result<(), Broke
     }
 }
 
-/// The topic an Alter*Configs resource names (as the active controller has it, see
-/// `Broker::topic_to_change`); brokers and other resource types are refused.
+/// The topic an Alter*Configs resource names; brokers and other resource types are refused.
+/// `fresh`: the topic as the active controller has it, configs included (`Broker::catch_up`
+/// first, for operations merged into its overrides); else from this broker's image, or after a
+/// barrier if the image lacks it (`Broker::topic_to_change`).
 async fn alter_target(
     b: &crate::broker::Broker,
     resource_type: i8,
     name: &str,
+    fresh: bool,
 ) -> Result<std::sync::Arc<crate::broker::Topic>, BrokerError> {
     match resource_type {
-        TOPIC => b
-            .topic_to_change(name)
-            .await?
-            .ok_or_else(|| BrokerError::UnknownTopic(format!("topic {name} does not exist"))),
+        TOPIC => {
+            let topic = if fresh {
+                b.catch_up().await?;
+                b.topic(name)
+            } else {
+                b.topic_to_change(name).await?
+            };
+            topic.ok_or_else(|| BrokerError::UnknownTopic(format!("topic {name} does not exist")))
+        }
         BROKER => Err(BrokerError::InvalidRequest(
             "AlterConfigs on brokers is not supported; use IncrementalAlterConfigs on the cluster-wide default".into(),
         )),
@@ -207,7 +215,7 @@ pub async fn alter(ctx: &Ctx<'_>, req: AlterConfigsRequest) -> AlterConfigsRespo
         let result: Result<(), BrokerError> = async {
             let name = r.resource_name.as_str();
             check_alter(ctx, r.resource_type, name)?;
-            alter_target(b, r.resource_type, name).await?;
+            alter_target(b, r.resource_type, name, false).await?;
             let mut configs = BTreeMap::new();
             for c in &r.configs {
                 let Some(v) = &c.value else { continue };
@@ -304,8 +312,7 @@ pub async fn incremental_alter(ctx: &Ctx<'_>, req: IncrementalAlterConfigsReques
             // The operations apply to the overrides as the active controller has them, so a
             // change made through another broker a moment ago is kept (Kafka applies them on its
             // controller). Two changes at the same moment can still race; the last one wins.
-            b.catch_up().await?;
-            let topic = alter_target(b, r.resource_type, name).await?;
+            let topic = alter_target(b, r.resource_type, name, true).await?;
             let mut configs = topic.meta.configs.clone();
             for c in &r.configs {
                 let key = c.name.to_string();
