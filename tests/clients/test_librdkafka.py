@@ -279,31 +279,26 @@ def test_create_partitions(broker):
     for p in (1, 2, 3):
         assert recs[p] == []
 
+    def refused(topic: str, fut, code: int, what: str) -> None:
+        with pytest.raises(Exception) as exc:
+            fut[topic].result(timeout=20)
+        err = exc.value.args[0] if exc.value.args else None
+        assert isinstance(err, KafkaError) and err.code() == code, \
+            f"{what}: expected {KafkaError(code).name()}, got {exc.value!r}"
+
     # Shrinking is not allowed.
-    fut = admin.create_partitions([NewPartitions(topic, 3)], request_timeout=15)
-    with pytest.raises(Exception) as exc:
-        fut[topic].result(timeout=20)
-    err = exc.value.args[0] if exc.value.args else None
-    assert isinstance(err, KafkaError) and err.code() == KafkaError.INVALID_PARTITIONS, \
-        f"shrinking partitions: expected INVALID_PARTITIONS, got {exc.value!r}"
+    refused(topic, admin.create_partitions([NewPartitions(topic, 3)], request_timeout=15),
+            KafkaError.INVALID_PARTITIONS, "shrinking partitions")
 
     # A topic that does not exist (the active controller answers, not this broker's image).
-    fut = admin.create_partitions([NewPartitions("no-such-topic", 3)], request_timeout=15)
-    with pytest.raises(Exception) as exc:
-        fut["no-such-topic"].result(timeout=20)
-    err = exc.value.args[0] if exc.value.args else None
-    assert isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART, \
-        f"growing a missing topic: expected UNKNOWN_TOPIC_OR_PART, got {exc.value!r}"
+    refused("no-such-topic", admin.create_partitions([NewPartitions("no-such-topic", 3)], request_timeout=15),
+            KafkaError.UNKNOWN_TOPIC_OR_PART, "growing a missing topic")
 
     # Explicit replica lists of the new partitions: checked, then kept as given.
     me = next(iter(admin.list_topics(timeout=10).brokers))
     for bad in ([[me, me]], [[me + 100]], [[me], [me]]):
-        fut = admin.create_partitions([NewPartitions(topic, 7, replica_assignment=bad)], request_timeout=15)
-        with pytest.raises(Exception) as exc:
-            fut[topic].result(timeout=20)
-        err = exc.value.args[0] if exc.value.args else None
-        assert isinstance(err, KafkaError) and err.code() == KafkaError.INVALID_REPLICA_ASSIGNMENT, \
-            f"assignment {bad}: expected INVALID_REPLICA_ASSIGNMENT, got {exc.value!r}"
+        refused(topic, admin.create_partitions([NewPartitions(topic, 7, replica_assignment=bad)], request_timeout=15),
+                KafkaError.INVALID_REPLICA_ASSIGNMENT, f"assignment {bad}")
     fut = admin.create_partitions([NewPartitions(topic, 7, replica_assignment=[[me]])], request_timeout=15)
     fut[topic].result(timeout=20)
     wait_for_topic(admin, topic, 7)
