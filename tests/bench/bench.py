@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -1308,10 +1309,18 @@ def main() -> int:
         args.latency_rate, args.latency_seconds, args.recovery_gb = 500, 3, 0.02
         args.txn_records, args.open_txn_ids = 20_000, 20
         args.move_gb, args.move_throttle_mb = 0.02, 5.0
-        args.scale_partitions, args.scale_connections = 200, 50
+        # the full count of idle connections even here: they are cheap to open, and 50 of them
+        # add less than the allocator's noise to Oxbow's RSS (a CI smoke run measured <= 0)
+        args.scale_partitions = 200
         args.consume_records = 20_000
         args.group_members = 4
 
+    # the idle-connection stage holds `--scale-connections` sockets in this process: a soft
+    # limit of 1,024 would not leave room for them (both brokers raise their own to the hard one)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = args.scale_connections + 4096
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard))
     t0 = time.monotonic()
     cp = java_classpath()
     global RDKAFKA_PERF

@@ -32,6 +32,7 @@ pub mod controller_client;
 pub mod coordinator;
 pub mod docs;
 pub mod errors;
+pub mod fd_limit;
 pub mod format;
 pub mod handlers;
 pub mod health;

@@ -147,6 +147,9 @@ fn main() -> ExitCode {
             }
         };
     }
+    if let Some((before, after)) = oxbow_server::fd_limit::raise() {
+        tracing::info!(before, after, "open-files limit (RLIMIT_NOFILE) raised to its hard limit");
+    }
     // Metric export (OTLP/HTTP) starts before the runtime: its client blocks, on its own thread.
     let exporter = match oxbow_server::telemetry::Exporter::from_env(config.node_id) {
         Ok(e) => e,
