@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import ElectionType, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
 from oxbow_cluster import Cluster, Node, free_port_on, node_host
 from oxbow_harness import consume_all, flush_all, require_broker_binary, scrape, wait_until
@@ -452,6 +452,22 @@ def test_fenced_broker_loses_leadership_and_gets_it_back(cluster_factory):
             9: "UNKNOWN_TOPIC_OR_PART", 0: "UNKNOWN_TOPIC_OR_PART"}
         # Every partition: only partition 0 is reported (the others needed no election).
         assert elections(adm, ElectionType.PREFERRED, None) == {0: "PREFERRED_LEADER_NOT_AVAILABLE"}
+        # Explicit replica lists naming only the fenced broker are refused, as Kafka refuses
+        # them (no active replica to lead); one with an active broker besides it is taken.
+        fenced_only = "All brokers specified in the manual partition assignment for partition {} are fenced or in controlled shutdown."
+        err = adm.create_topics([NewTopic("on-fenced", num_partitions=2, replica_assignment=[[1], [4]])],
+                                operation_timeout=30)["on-fenced"].exception(40)
+        assert err is not None and err.args[0].name() == "INVALID_REPLICA_ASSIGNMENT", err
+        assert err.args[0].str() == fenced_only.format(1), err
+        err = adm.create_partitions([NewPartitions("fence", 5, replica_assignment=[[4]])],
+                                    operation_timeout=30)["fence"].exception(40)
+        assert err is not None and err.args[0].name() == "INVALID_REPLICA_ASSIGNMENT", err
+        assert err.args[0].str() == fenced_only.format(4), err
+        adm.create_topics([NewTopic("beside-fenced", num_partitions=1, replica_assignment=[[4, 2]])],
+                          operation_timeout=30)["beside-fenced"].result(40)
+        wait_until(lambda: topic_view(adm).get("beside-fenced", (0, ()))[1] == (2,), 15, "led by the active replica")
+        adm.delete_topics(["beside-fenced"], operation_timeout=30)["beside-fenced"].result(40)
+        wait_until(lambda: "beside-fenced" not in topic_view(adm), 15, "beside-fenced deleted")
     finally:
         broker.proc.send_signal(signal.SIGCONT)
     t1 = time.monotonic()

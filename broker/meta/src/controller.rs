@@ -687,7 +687,7 @@ impl Controller {
 }
 
 /// Explicit replica lists of partitions `first..`: none empty, no broker twice in one, every
-/// broker registered.
+/// broker registered, at least one of them active.
 fn check_assignments(img: &MetadataImage, first: i32, a: &[Vec<NodeId>]) -> Result<(), Refusal> {
     for (i, replicas) in a.iter().enumerate() {
         let partition = first + i as i32;
@@ -702,6 +702,13 @@ fn check_assignments(img: &MetadataImage, first: i32, a: &[Vec<NodeId>]) -> Resu
         if let Some(r) = replicas.iter().find(|r| !img.brokers.contains_key(r)) {
             return Err(Refusal::InvalidReplicaAssignment(format!(
                 "Replica {r} of partition {partition} is not a registered broker."
+            )));
+        }
+        // As Kafka: the partition starts with its active replicas as ISR and the first of them
+        // as leader, so it needs one.
+        if !replicas.iter().any(|r| img.is_active(*r)) {
+            return Err(Refusal::InvalidReplicaAssignment(format!(
+                "All brokers specified in the manual partition assignment for partition {partition} are fenced or in controlled shutdown."
             )));
         }
     }

@@ -185,6 +185,54 @@ fn create_refusals() {
     assert_eq!(img.topic("t").expect("t").partitions[3].replicas, vec![2, 1]);
 }
 
+/// Kafka refuses an explicit replica list whose brokers are all fenced (or in controlled
+/// shutdown), in CreateTopics and CreatePartitions alike; with one active replica, that one
+/// leads and is the ISR.
+#[test]
+fn explicit_replicas_need_an_active_broker() {
+    let (mut c, mut img) = cluster(&[None, None, None]);
+    for id in [1, 2] {
+        let epoch = img.brokers[&id].epoch;
+        c.decide(&img, &Command::Heartbeat { node_id: id, epoch, shutting_down: false }, T - 1).expect("hb");
+    }
+    let records = c.expire_sessions(&img, T + 1);
+    commit(&mut img, &Decision::new(records, Reply::Done));
+    assert!(img.brokers[&3].fenced && img.is_active(1) && img.is_active(2));
+    let topic = |name: &str, a: Vec<Vec<NodeId>>| Command::CreateTopic {
+        name: name.into(),
+        partitions: -1,
+        replication_factor: -1,
+        assignments: Some(a),
+        configs: Configs::new(),
+        topic_id: None,
+        validate_only: false,
+    };
+    match c.decide(&img, &topic("t", vec![vec![1], vec![3]]), 0) {
+        Err(Refusal::InvalidReplicaAssignment(m)) => assert_eq!(
+            m,
+            "All brokers specified in the manual partition assignment for partition 1 are fenced or in controlled shutdown."
+        ),
+        other => panic!("{other:?}"),
+    }
+    let d = c.decide(&img, &topic("t", vec![vec![3, 2]]), 0).expect("one active replica");
+    commit(&mut img, &d);
+    let p = &img.topic("t").expect("t").partitions[0];
+    assert_eq!((p.leader, p.isr.clone()), (2, vec![2]));
+    let d = c.decide(&img, &topic("u", vec![vec![1]]), 0).expect("u");
+    commit(&mut img, &d);
+    let grow = |a| Command::CreatePartitions { name: "u".into(), count: 3, assignments: Some(a), validate_only: false };
+    match c.decide(&img, &grow(vec![vec![2], vec![3]]), 0) {
+        Err(Refusal::InvalidReplicaAssignment(m)) => assert_eq!(
+            m,
+            "All brokers specified in the manual partition assignment for partition 2 are fenced or in controlled shutdown."
+        ),
+        other => panic!("{other:?}"),
+    }
+    let d = c.decide(&img, &grow(vec![vec![2], vec![1]]), 0).expect("grow");
+    commit(&mut img, &d);
+    assert_eq!(img.topic("u").expect("u").partitions.len(), 3);
+}
+
 #[test]
 fn fencing_moves_leaders_within_the_isr_and_back() {
     let (mut c, mut img) = cluster(&[None, None, None]);
