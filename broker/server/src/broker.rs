@@ -176,9 +176,10 @@ impl Broker {
     }
 
     /// Waits until this broker has applied every record the active controller had committed
-    /// when asked ([`Command::Barrier`]).
+    /// when asked (see [`crate::controller_client::ControllerClient::barrier`]).
     pub async fn catch_up(&self) -> Result<(), BrokerError> {
-        self.controller.execute(Command::Barrier).await.map(|_| ())
+        // Boxed: a request handler's future would otherwise nest the quorum's routing loop.
+        Box::pin(self.controller.barrier()).await
     }
 
     /// `name`'s topic for a request that changes it: from this broker's image, or, if it is

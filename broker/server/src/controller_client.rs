@@ -88,6 +88,25 @@ impl ControllerClient {
             .map_err(BrokerError::from)
     }
 
+    /// Waits until this broker has applied every record the active controller had committed
+    /// when asked ([`Command::Barrier`]). A controller of an older version, during a rolling
+    /// upgrade, does not know the barrier: then this returns at once, and the caller works from
+    /// its own image as brokers did before the barrier existed.
+    pub async fn barrier(&self) -> Result<(), BrokerError> {
+        let q = self.quorum().ok_or_else(|| BrokerError::NotController("metadata quorum not started".into()))?;
+        let asked = tokio::time::timeout(CONTROLLER_TIMEOUT, q.execute(Command::Barrier, CONTROLLER_TIMEOUT))
+            .await
+            .map_err(|_| BrokerError::TimedOut("the metadata quorum did not answer in time".into()))?;
+        match asked {
+            Ok((version, _)) => self.applied_or_timeout(version).await,
+            Err(oxbow_meta::CommandError::Unsupported(e)) => {
+                tracing::debug!(error = %e, "no metadata barrier: the controller predates it");
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Waits until this broker has applied metadata version `version`, up to
     /// [`CONTROLLER_TIMEOUT`].
     pub async fn applied_or_timeout(&self, version: u64) -> Result<(), BrokerError> {

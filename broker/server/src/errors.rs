@@ -401,7 +401,8 @@ impl From<oxbow_meta::CommandError> for BrokerError {
                 }
             }
             e @ C::NotController { .. } => B::NotController(e.to_string()),
-            e @ C::Unavailable(_) => B::TimedOut(e.to_string()),
+            // Both retriable for a client: the quorum comes back, the upgrade completes.
+            e @ (C::Unavailable(_) | C::Unsupported(_)) => B::TimedOut(e.to_string()),
         }
     }
 }
