@@ -506,7 +506,7 @@ pub struct ClusterStatus {
     /// One entry per dedicated controller (`id` is its node id).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub controllers: Vec<BrokerStatus>,
-    /// The metadata quorum (once it exists).
+    /// The metadata quorum (once it has been read; kept, marked `stale`, while it cannot be).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quorum: Option<QuorumStatus>,
     /// Partition moves of the current (or last) rebalance or drain.
@@ -568,6 +568,10 @@ pub struct QuorumStatus {
     /// node.ids of the voting controllers.
     #[serde(default)]
     pub voters: Vec<i32>,
+    /// `true` when the last reconcile could not read the quorum (no broker answered
+    /// DescribeQuorum, as during a restart): `leader` and `voters` are as last read.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stale: bool,
 }
 
 /// Annotation on a Topic: what deleting the resource does to the Kafka topic.

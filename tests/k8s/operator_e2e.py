@@ -457,7 +457,7 @@ def main():
     kubectl("apply", "-f", "-", input=cluster_yaml())
     c = wait("Cluster events Ready", cluster_ready("events"), 300)
     c = wait("the quorum in the status", lambda: (x := kjson("get", "cluster", "-n", NS, "events"))
-             and (x["status"].get("quorum") or {}).get("leader") is not None and x, 90)
+             and (q := x["status"].get("quorum") or {}).get("leader") is not None and not q.get("stale") and x, 90)
     st = c["status"]
     if st["readyBrokers"] != BROKERS or st["bootstrapServers"] != f"events-bootstrap.{NS}.svc.cluster.local:9092":
         fail(f"status: {st}")
@@ -648,14 +648,15 @@ def main():
             x = kjson("get", "cluster", "-n", NS, "events")
             q = (x.get("status") or {}).get("quorum") or {}
             settled = condition(x, "Reconciling").get("reason") != "QuorumChanging"
-            return x if q.get("voters") == ids and q.get("leader") in ids and settled else None
+            return x if q.get("voters") == ids and q.get("leader") in ids and not q.get("stale") and settled else None
         return check
 
-    # The status holds the quorum once the operator has asked the brokers for it: right after the
-    # drain (its pod deleted and started again) it may not have yet.
+    # The status holds the quorum as the operator last read it from the brokers: right after the
+    # drain (its pod deleted and started again) it may not have read it yet, or only kept the
+    # last one (`stale`).
     def quorum_leader():
         q = (kjson("get", "cluster", "-n", NS, "events").get("status") or {}).get("quorum") or {}
-        return q.get("leader") is not None and q
+        return q.get("leader") is not None and not q.get("stale") and q
 
     leader_before = wait("the quorum in the Cluster's status", quorum_leader, 120)["leader"]
     properties = kjson("get", "configmap", "-n", NS, "events-config")["data"]["server.properties"]

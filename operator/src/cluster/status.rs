@@ -294,11 +294,19 @@ pub fn status(
         listeners: notes.listeners.clone(),
         brokers: brokers.iter().map(|p| pod_status(p)).collect(),
         controllers: controllers.iter().map(|p| pod_status(p)).collect(),
-        quorum: notes
-            .quorum
-            .as_ref()
-            .map(|q| QuorumStatus { leader: q.leader, voters: q.voters.iter().map(|(id, _)| *id).collect() }),
+        quorum: quorum_status(notes.quorum.as_ref(), cluster.status.as_ref().and_then(|s| s.quorum.as_ref())),
         rebalance: notes.rebalance.clone(),
+    }
+}
+
+/// `status.quorum`: as the brokers reported it this time, else the last one written, marked
+/// stale (one failed DescribeQuorum, as while brokers restart, does not blank it).
+fn quorum_status(read: Option<&Quorum>, last: Option<&QuorumStatus>) -> Option<QuorumStatus> {
+    match read {
+        Some(q) => {
+            Some(QuorumStatus { leader: q.leader, voters: q.voters.iter().map(|(id, _)| *id).collect(), stale: false })
+        }
+        None => last.map(|l| QuorumStatus { stale: true, ..l.clone() }),
     }
 }
 
@@ -393,5 +401,20 @@ mod tests {
         assert_eq!(up(&sts("r1", k2)), [false, false]);
         let same = serde_json::json!({CONFIG_HASH_ANNOTATION: "h", super::super::tls::CA_KEYS_ANNOTATION: "k2"});
         assert_eq!(up(&sts("r2", same)), [false, false]);
+    }
+
+    #[test]
+    fn the_quorum_read_last_stays_in_the_status_marked_stale_while_it_cannot_be_read() {
+        let read = Quorum { leader: Some(1), high_watermark: 9, voters: vec![(0, 9), (1, 9), (2, 8)] };
+        let fresh = quorum_status(Some(&read), None).unwrap();
+        assert_eq!(fresh, QuorumStatus { leader: Some(1), voters: vec![0, 1, 2], stale: false });
+        let kept = quorum_status(None, Some(&fresh)).unwrap();
+        assert_eq!(kept, QuorumStatus { stale: true, ..fresh.clone() });
+        assert_eq!(quorum_status(None, None), None, "never read: none");
+        let moved = Quorum { leader: Some(2), ..read };
+        assert_eq!(quorum_status(Some(&moved), Some(&kept)).unwrap(), QuorumStatus { leader: Some(2), ..fresh });
+        // A fresh one is written without the field, as before.
+        let json = serde_json::to_value(quorum_status(Some(&moved), None).unwrap()).unwrap();
+        assert_eq!(json, serde_json::json!({"leader": 2, "voters": [0, 1, 2]}));
     }
 }
