@@ -109,6 +109,12 @@ async fn shutdown_signal() {
     }
 }
 
+/// mimalloc instead of glibc's malloc, only in a build with `--features mimalloc`: measured
+/// against glibc's (docs/benchmarks.md, "The allocator"), not the default.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     oxbow_server::malloc::tune();
     tracing_subscriber::fmt()
