@@ -16,6 +16,7 @@
 //! - [`recompress`]: re-encoding for topics whose `compression.type` is not `producer`.
 
 pub mod batch;
+mod buffers;
 pub mod checkpoint;
 pub mod cleaner;
 mod compression;

@@ -15,7 +15,7 @@ use std::path::Path;
 /// read fills it: log reads for fetches are up to `fetch.max.bytes`, and zeroing them was a
 /// tenth of a consumer's broker CPU. A file shorter than `pos + len` is an `UnexpectedEof`.
 pub fn read_exact_at(file: &File, pos: u64, len: usize) -> io::Result<Vec<u8>> {
-    let mut buf: Vec<u8> = Vec::with_capacity(len);
+    let mut buf: Vec<u8> = crate::buffers::take(len);
     let mut filled = 0;
     while filled < len {
         let at = pos
@@ -23,7 +23,7 @@ pub fn read_exact_at(file: &File, pos: u64, len: usize) -> io::Result<Vec<u8>> {
             .and_then(|p| libc::off_t::try_from(p).ok())
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "read position past off_t"))?;
         // SAFETY: the pointer and length describe the vector's spare capacity past `filled`
-        // (len - filled bytes, all allocated by with_capacity(len)); pread writes at most that
+        // (len - filled bytes: `take` gives an empty vector of at least len); pread writes at most that
         // many bytes there and nothing else.
         let n = unsafe { libc::pread(file.as_raw_fd(), buf.as_mut_ptr().add(filled).cast(), len - filled, at) };
         match n {

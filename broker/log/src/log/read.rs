@@ -51,7 +51,7 @@ impl FileSlice {
     pub fn read(&self) -> Result<Bytes> {
         match &self.held {
             Some(b) => Ok(b.clone()),
-            None => read_at(&self.file, &self.path, self.pos, self.len).map(Bytes::from),
+            None => read_at(&self.file, &self.path, self.pos, self.len).map(crate::buffers::into_bytes),
         }
     }
 }
@@ -119,7 +119,7 @@ impl ReadPlan {
             end = h.total_size();
         }
         buf.truncate(end);
-        Ok(Bytes::from(buf))
+        Ok(crate::buffers::into_bytes(buf))
     }
 
     /// The same batches [`ReadPlan::execute`] would read, located by their headers only: from
