@@ -52,6 +52,11 @@ impl ControllerClient {
         self.quorum.get()
     }
 
+    /// The quorum, or NOT_CONTROLLER (which clients retry) before it is attached.
+    pub fn started_quorum(&self) -> Result<&Quorum, BrokerError> {
+        self.quorum().ok_or_else(|| BrokerError::NotController("metadata quorum not started".into()))
+    }
+
     /// The active controller as clients should see it: the quorum leader when it is an active
     /// broker clients can reach; else (no leader known, or it is fenced) any active broker, as
     /// Kafka's KRaft brokers answer, so that admin requests go somewhere that forwards them.
@@ -80,7 +85,7 @@ impl ControllerClient {
     /// Runs `cmd` on the active controller; returns the metadata version holding its result,
     /// which this broker may not have applied yet (see [`Self::applied_or_timeout`]).
     pub async fn commit(&self, cmd: Command) -> Result<(u64, Reply), BrokerError> {
-        let q = self.quorum().ok_or_else(|| BrokerError::NotController("metadata quorum not started".into()))?;
+        let q = self.started_quorum()?;
         // The whole exchange is bounded: a leader cut off from its quorum never commits.
         tokio::time::timeout(CONTROLLER_TIMEOUT, q.execute(cmd, CONTROLLER_TIMEOUT))
             .await
@@ -93,7 +98,7 @@ impl ControllerClient {
     /// upgrade, does not know the barrier: then this returns at once, and the caller works from
     /// its own image as brokers did before the barrier existed.
     pub async fn barrier(&self) -> Result<(), BrokerError> {
-        let q = self.quorum().ok_or_else(|| BrokerError::NotController("metadata quorum not started".into()))?;
+        let q = self.started_quorum()?;
         let asked = tokio::time::timeout(CONTROLLER_TIMEOUT, q.execute(Command::Barrier, CONTROLLER_TIMEOUT))
             .await
             .map_err(|_| BrokerError::TimedOut("the metadata quorum did not answer in time".into()))?;

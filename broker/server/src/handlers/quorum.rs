@@ -23,7 +23,7 @@ pub const METADATA_TOPIC: &str = "__cluster_metadata";
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(60);
 
 async fn run(ctx: &Ctx<'_>, req: QuorumAdmin) -> Result<AdminReply, BrokerError> {
-    let q = ctx.broker.quorum().ok_or_else(|| BrokerError::NotController("metadata quorum not started".into()))?;
+    let q = ctx.broker.controller.started_quorum()?;
     match q.admin(req, ADMIN_TIMEOUT).await.map_err(BrokerError::from)? {
         Ok(reply) => Ok(reply),
         Err(AdminRefusal::DuplicateVoter(n)) => Err(BrokerError::DuplicateVoter(n)),
