@@ -17,7 +17,7 @@
 //! - [`txn_coordinator`]: the transaction coordinator (transactional ids in
 //!   `__transaction_state`, the state machine from `oxbow-txn`, markers sent through
 //!   [`peers`], this broker's client connections to the others).
-//! - [`tasks`]: retention, flush and checkpoint jobs; [`malloc`]: the allocator's thresholds.
+//! - [`tasks`]: retention, flush and checkpoint jobs; [`malloc`]: the allocator's settings.
 //! - [`format`]: `oxbow-broker format` (Kafka's `kafka-storage format`), and
 //!   [`ControllerNode`] for `process.roles=controller`.
 //!

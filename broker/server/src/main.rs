@@ -109,14 +109,22 @@ async fn shutdown_signal() {
     }
 }
 
-/// mimalloc instead of glibc's malloc, only in a build with `--features mimalloc`: measured
-/// against glibc's (docs/benchmarks.md, "The allocator"), not the default.
+/// mimalloc, not glibc's malloc (docs/benchmarks.md, "The allocator"); a build with
+/// `--no-default-features` keeps glibc's.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The allocator's settings, applied among the executable's constructors: before `main` and
+/// before Rust's runtime makes its first allocation, which reserves mimalloc's first arena
+/// (see `oxbow_server::malloc`).
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static TUNE_ALLOCATOR: extern "C" fn() = oxbow_server::malloc::tune;
+
 fn main() -> ExitCode {
-    oxbow_server::malloc::tune();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn")))
         .with_writer(std::io::stderr)
