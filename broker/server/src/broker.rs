@@ -66,6 +66,8 @@ pub struct Broker {
     pub authorizer: crate::security::authorizer::Authorizer,
     /// The replication throttles (`*.replication.throttled.rate`).
     pub quotas: crate::quota::Quotas,
+    /// Followers' incremental fetch sessions with this broker as their leader.
+    pub fetch_sessions: crate::fetch_session::FetchSessions,
     /// ISR changes on their way to the active controller (sent by [`crate::isr::run`]).
     pub isr_changes: IsrChanges,
 }
@@ -128,6 +130,7 @@ impl Broker {
             )),
             peers,
             quotas: crate::quota::Quotas::new(&config),
+            fetch_sessions: crate::fetch_session::FetchSessions::new(config.fetch_session_slots),
             isr_changes: IsrChanges::default(),
             groups: Arc::new(crate::coordinator::Coordinator::new(config.groups.clone())),
             liveness: Arc::new(Liveness::new(config.session_timeout_ms)),

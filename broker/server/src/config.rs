@@ -154,6 +154,8 @@ pub struct BrokerConfig {
     pub shutdown_timeout_ms: u64,
     /// `oxbow.fetch.zero.copy`
     pub fetch_zero_copy: bool,
+    /// `max.incremental.fetch.session.cache.slots`
+    pub fetch_session_slots: usize,
     /// `num.recovery.threads.per.data.dir` times the number of log dirs.
     pub recovery_threads: usize,
     /// `log.cleaner.enable`
@@ -507,6 +509,7 @@ impl BrokerConfig {
             max_inflight_per_connection: req_int("oxbow.max.inflight.requests.per.connection")? as usize,
             shutdown_timeout_ms: req_int("oxbow.shutdown.timeout.ms")? as u64,
             fetch_zero_copy: bool_("oxbow.fetch.zero.copy"),
+            fetch_session_slots: req_int("max.incremental.fetch.session.cache.slots")? as usize,
             recovery_threads,
             cleaner_enable: bool_("log.cleaner.enable"),
             cleaner_backoff_ms: req_int("log.cleaner.backoff.ms")? as u64,

@@ -109,6 +109,8 @@ pub enum BrokerError {
     TimedOut(String),
     #[error("fetch session not found")]
     FetchSessionNotFound,
+    #[error("the fetch session expects another epoch")]
+    InvalidFetchSessionEpoch,
     #[error("offset metadata too large")]
     OffsetMetadataTooLarge,
     /// Transactional records without a transactional id (Kafka's answer when the producer may
@@ -246,6 +248,7 @@ impl BrokerError {
             B::UnsupportedVersion(_) => K::UnsupportedVersion,
             B::TimedOut(_) => K::RequestTimedOut,
             B::FetchSessionNotFound => K::FetchSessionIdNotFound,
+            B::InvalidFetchSessionEpoch => K::InvalidFetchSessionEpoch,
             B::OffsetMetadataTooLarge => K::OffsetMetadataTooLarge,
             B::TransactionalIdAuthorizationFailed(_) => K::TransactionalIdAuthorizationFailed,
             B::CoordinatorNotAvailable(_) => K::CoordinatorNotAvailable,
@@ -418,12 +421,15 @@ pub enum ConnError {
     Refused(String),
 }
 
-/// What a peer's partition-level error code means to a follower fetching from it.
+/// What a peer's error code means to a follower fetching from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PeerError {
     None,
     /// The follower asked below the leader's log start (or past its end).
     OffsetOutOfRange,
+    /// (A whole fetch answer's.) The leader has no such fetch session, or expected another
+    /// epoch: the follower starts again with a full fetch.
+    FetchSessionLost,
     /// Any other error, with its Kafka name for the logs.
     Other(ResponseError),
 }
@@ -433,6 +439,9 @@ impl PeerError {
         match ResponseError::try_from_code(code) {
             None => PeerError::None,
             Some(ResponseError::OffsetOutOfRange) => PeerError::OffsetOutOfRange,
+            Some(ResponseError::FetchSessionIdNotFound | ResponseError::InvalidFetchSessionEpoch) => {
+                PeerError::FetchSessionLost
+            }
             Some(other) => PeerError::Other(other),
         }
     }

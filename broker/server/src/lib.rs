@@ -9,7 +9,7 @@
 //! - [`partition`]: one hosted partition (log + [`replica`] state + high watermark channel);
 //!   [`replication`]: followers fetching from leaders, ISR shrinking; [`isr`]: the one queue
 //!   and task that send ISR changes to the controller; [`quota`]: the replication throttles
-//!   both apply.
+//!   both apply; [`fetch_session`]: leaders' incremental fetch sessions for their followers.
 //! - [`network`]: TCP server, framing, in-order pipelining and global limits.
 //! - [`handlers`]: one module per Kafka API; [`errors`]: the single error-code mapping.
 //! - [`coordinator`]: the consumer group coordinator (groups and committed offsets in
@@ -33,6 +33,7 @@ pub mod coordinator;
 pub mod docs;
 pub mod errors;
 pub mod fd_limit;
+pub mod fetch_session;
 pub mod format;
 pub mod handlers;
 pub mod health;

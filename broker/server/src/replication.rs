@@ -6,7 +6,9 @@
 //! leader's (OffsetsForLeaderEpoch, KIP-101/279) and truncates there; then it appends what the
 //! leader sends, keeping offsets and epochs, and takes the leader's high watermark. Leaders see
 //! each fetch offset (the follower's log end): it moves their high watermark and brings caught-up
-//! followers into the ISR (`crate::replica`).
+//! followers into the ISR (`crate::replica`). Each fetcher keeps an incremental fetch session
+//! with its leader (KIP-227): a fetch names only the partitions whose fetch offset, log start or
+//! epoch moved, and hears only about those with records or a new high watermark.
 //!
 //! A partition whose topic lists this broker in `follower.replication.throttled.replicas` is
 //! left out of fetches while this broker is not in its ISR and the follower throttle
@@ -20,7 +22,7 @@ use std::time::Duration;
 use crate::errors::PeerError;
 use kafka_protocol::protocol::StrBytes;
 use oxbow_protocol::connection::{Connection, ConnectionError};
-use oxbow_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use oxbow_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use oxbow_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
 use oxbow_protocol::messages::*;
 use tokio::sync::watch;
@@ -30,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::errors::BrokerError;
+use crate::fetch_session::{INITIAL_EPOCH, next_epoch};
 use crate::partition::{Following, Partition};
 
 /// How long a follower's fetch waits at the leader for new data.
@@ -45,6 +48,26 @@ const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A partition by topic name and index.
 type Key = (Arc<str>, i32);
+
+/// This follower's side of its fetch session with one leader (KIP-227,
+/// [`crate::fetch_session`]): after a full fetch that opened it, each fetch names only the
+/// partitions whose fetch state changed and forgets those no longer fetched.
+#[derive(Default)]
+struct FetchSession {
+    /// 0: no session; the next fetch is full and asks for one.
+    id: i32,
+    /// The epoch the leader expects next.
+    epoch: i32,
+    /// Each partition's fetch state as the session last had it: fetch offset, log start,
+    /// leader epoch.
+    sent: HashMap<Key, (i64, i64, i32)>,
+}
+
+impl FetchSession {
+    fn reset(&mut self) {
+        *self = Self::default();
+    }
+}
 
 /// A partition to follow.
 #[derive(Clone)]
@@ -160,6 +183,7 @@ async fn fetch_from(
     let security = broker.config.security.inter_broker_client.as_ref();
     // The leader epoch under which each partition's log was checked against the leader's.
     let mut checked: HashMap<Key, i32> = HashMap::new();
+    let mut session = FetchSession::default();
     tracing::info!(leader, "replica fetcher started");
     loop {
         if stop.is_cancelled() || parts.has_changed().is_err() {
@@ -180,7 +204,11 @@ async fn fetch_from(
         let mut c = match conn.take() {
             Some(c) if c.addr() == addr => c,
             _ => match crate::peers::connect(&addr, &client, CONNECT_TIMEOUT, security).await {
-                Ok(c) => c,
+                Ok(c) => {
+                    // A new connection may be to a restarted leader: start a new session.
+                    session.reset();
+                    c
+                }
                 Err(e) => {
                     tracing::debug!(leader, %addr, error = %e, "cannot reach the leader");
                     backoff().await;
@@ -192,7 +220,7 @@ async fn fetch_from(
             list.iter().filter(|f| checked.get(&f.key()) != Some(&f.from.leader_epoch)).collect();
         let exchange = async {
             if unchecked.is_empty() {
-                fetch_once(&mut c, me, &list, &broker.quotas.follower).await
+                fetch_once(&mut c, me, &list, &broker.quotas.follower, &mut session).await
             } else {
                 let r = check_epochs(&mut c, me, &unchecked, &mut checked).await;
                 // Rounds of epoch checks converge in a few steps; never spin on them.
@@ -327,8 +355,9 @@ async fn fetch_once(
     me: i32,
     list: &[Followed],
     quota: &crate::quota::ReplicationQuota,
+    session: &mut FetchSession,
 ) -> Result<bool, ConnectionError> {
-    let mut by_topic: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
+    let mut wanted: Vec<(Key, FetchPartition)> = Vec::with_capacity(list.len());
     let mut index: HashMap<Key, &Followed> = HashMap::new();
     let hold_throttled = list.iter().any(|f| f.throttled && !f.in_sync) && quota.exceeded(now_ms());
     for f in list {
@@ -345,18 +374,38 @@ async fn fetch_once(
         // waits for every in-sync replica to get there).
         p.log_start_offset = own.log_start;
         p.partition_max_bytes = PARTITION_MAX_BYTES;
-        by_topic.entry(f.topic.clone()).or_default().push(p);
+        wanted.push((f.key(), p));
         index.insert(f.key(), f);
     }
     if index.is_empty() {
         return Ok(true);
+    }
+    // A full fetch names every partition; an incremental one those whose fetch state the
+    // session does not have, and forgets those no longer wanted (throttled ones held back
+    // included, as Kafka's followers do).
+    let full = session.id == 0;
+    let mut by_topic: BTreeMap<Arc<str>, Vec<FetchPartition>> = BTreeMap::new();
+    let mut now_sent = HashMap::with_capacity(wanted.len());
+    for (key, p) in wanted {
+        let state = (p.fetch_offset, p.log_start_offset, p.current_leader_epoch);
+        if full || session.sent.get(&key) != Some(&state) {
+            by_topic.entry(key.0.clone()).or_default().push(p);
+        }
+        now_sent.insert(key, state);
+    }
+    let mut forgotten: BTreeMap<Arc<str>, Vec<i32>> = BTreeMap::new();
+    if !full {
+        for (topic, partition) in session.sent.keys().filter(|k| !now_sent.contains_key(*k)) {
+            forgotten.entry(topic.clone()).or_default().push(*partition);
+        }
     }
     let mut req = FetchRequest::default();
     req.replica_id = BrokerId(me);
     req.max_wait_ms = FETCH_WAIT_MS;
     req.min_bytes = 1;
     req.max_bytes = FETCH_MAX_BYTES;
-    req.session_epoch = -1;
+    req.session_id = session.id;
+    req.session_epoch = if full { INITIAL_EPOCH } else { session.epoch };
     req.topics = by_topic
         .into_iter()
         .map(|(t, partitions)| {
@@ -366,8 +415,37 @@ async fn fetch_once(
             ft
         })
         .collect();
-    let resp = c.fetch(&req).await?;
-    let mut wait = resp.error_code != 0;
+    req.forgotten_topics_data = forgotten
+        .into_iter()
+        .map(|(t, partitions)| {
+            let mut ft = ForgottenTopic::default();
+            ft.topic = TopicName(StrBytes::from_string(t.to_string()));
+            ft.partitions = partitions;
+            ft
+        })
+        .collect();
+    let resp = match c.fetch(&req).await {
+        Ok(r) => r,
+        Err(e) => {
+            session.reset();
+            return Err(e);
+        }
+    };
+    if resp.error_code != 0 {
+        session.reset();
+        // The leader lost the session (restarted, or replaced it) or the epochs went out of
+        // step: a full fetch at once. Any other error: back off.
+        return Ok(PeerError::from_code(resp.error_code) != PeerError::FetchSessionLost);
+    }
+    if resp.session_id == 0 || (!full && resp.session_id != session.id) {
+        // A leader that keeps no session for this follower (no slot, or an older version).
+        session.reset();
+    } else {
+        session.epoch = if full { 1 } else { next_epoch(session.epoch) };
+        session.id = resp.session_id;
+        session.sent = now_sent;
+    }
+    let mut wait = false;
     for t in resp.responses {
         let topic: Arc<str> = Arc::from(t.topic.0.as_str());
         for p in t.partitions {

@@ -742,6 +742,12 @@ pub const KEYS: &[KeyDef] = &[
         doc: "Pipelined requests read from one connection before its responses are written (answers stay in order).",
     },
     KeyDef {
+        name: "max.incremental.fetch.session.cache.slots",
+        default: Some("1000"),
+        kind: Kind::Int { min: 0, max: I32 },
+        doc: "Incremental fetch sessions (KIP-227) a leader keeps for its followers; 0: followers fetch without sessions. Consumers' fetches are always answered without a session.",
+    },
+    KeyDef {
         name: "oxbow.fetch.zero.copy",
         default: Some("true"),
         kind: Kind::Bool,

@@ -5,8 +5,10 @@
 //! batch headers and sent from the page cache when the answer is written ([`crate::zero_copy`]),
 //! unless `oxbow.fetch.zero.copy` is off (then they are read into the answer).
 //!
-//! Sessions (KIP-227): the broker answers every fetch sessionless (session id 0), which is
-//! always valid; clients then keep sending full fetch requests.
+//! Sessions (KIP-227, [`crate::fetch_session`]): a follower's fetch may be incremental, naming
+//! only the partitions whose fetch state changed and answered only with those that have news;
+//! it is read here as a fetch of every partition of its session. Consumers are answered
+//! sessionless (session id 0), which is always valid; they keep sending full fetch requests.
 //!
 //! A fetch with a replica id is a follower's (replication): it reads up to the log end rather
 //! than the high watermark, waits on the log end, and its fetch offset is the follower's log
@@ -229,16 +231,36 @@ fn answer(ctx: &Ctx<'_>, mut resp: FetchResponse, pass: Pass, wants: &[Want]) ->
 }
 
 /// The response, and the file slices its records fields stand for ([`crate::zero_copy`]).
-pub async fn handle(ctx: &Ctx<'_>, req: FetchRequest) -> (FetchResponse, Vec<FileSlice>) {
+pub async fn handle(ctx: &Ctx<'_>, mut req: FetchRequest) -> (FetchResponse, Vec<FileSlice>) {
     let b = ctx.broker;
     let mut resp = FetchResponse::default();
-    if req.session_id != 0 {
-        resp.error_code = BrokerError::FetchSessionNotFound.code();
-        return (resp, Vec::new());
-    }
     let by_id = ctx.version >= 13;
     let replica = if ctx.version >= 15 { req.replica_state.replica_id.0 } else { req.replica_id.0 };
     let follower = (replica >= 0).then_some(replica);
+    // Sessions only for followers allowed to be ones (another client naming a replica id must
+    // not replace a follower's session).
+    let session_of = follower.filter(|_| ctx.cluster_action_allowed());
+    let session = match b.fetch_sessions.open(&mut req, by_id, session_of) {
+        Ok(s) => s,
+        Err(e) => {
+            resp.error_code = e.code();
+            return (resp, Vec::new());
+        }
+    };
+    let (mut resp, slices) = fetch(ctx, &req, resp, by_id, follower).await;
+    b.fetch_sessions.close(session, &req, by_id, session_of, &mut resp);
+    (resp, slices)
+}
+
+/// The fetch of every partition `req` names (for an incremental fetch, its session's).
+async fn fetch(
+    ctx: &Ctx<'_>,
+    req: &FetchRequest,
+    resp: FetchResponse,
+    by_id: bool,
+    follower: Option<i32>,
+) -> (FetchResponse, Vec<FileSlice>) {
+    let b = ctx.broker;
     // A follower needs CLUSTER_ACTION, a consumer READ on each topic (TOPIC_AUTHORIZATION_FAILED
     // per partition either way, as Kafka).
     let follower_allowed = follower.is_none() || ctx.cluster_action_allowed();

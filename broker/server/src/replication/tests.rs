@@ -28,6 +28,9 @@ struct ScriptedLeader {
     fetches: VecDeque<Vec<PartitionData>>,
     asked_epochs: Vec<OffsetForLeaderEpochRequest>,
     asked_fetches: Vec<FetchRequest>,
+    /// The session id and top-level error code of its fetch answers.
+    session_id: i32,
+    error_code: i16,
 }
 
 impl Leader for ScriptedLeader {
@@ -51,6 +54,8 @@ impl Leader for ScriptedLeader {
         t.partitions = self.fetches.pop_front().expect("a Fetch the script does not expect");
         let mut resp = FetchResponse::default();
         resp.responses = vec![t];
+        resp.session_id = self.session_id;
+        resp.error_code = self.error_code;
         Ok(resp)
     }
 }
@@ -236,7 +241,7 @@ async fn a_fetch_asks_from_the_log_end_and_appends_what_the_leader_sent() {
     let mut leader =
         ScriptedLeader { fetches: VecDeque::from([fetched(Some(batch(0, 5, 9)), 7, 0)]), ..Default::default() };
     let quota = ReplicationQuota::new(i64::MAX, 11, 1000);
-    let wait = fetch_once(&mut leader, ME, &[followed(&part, 0)], &quota).await.unwrap();
+    let wait = fetch_once(&mut leader, ME, &[followed(&part, 0)], &quota, &mut FetchSession::default()).await.unwrap();
     assert!(!wait);
     let req = &leader.asked_fetches[0];
     assert_eq!(req.replica_id, BrokerId(ME));
@@ -252,7 +257,7 @@ async fn the_leaders_log_start_moves_the_followers_up_to_its_high_watermark() {
     let part = follower(&dir, &[(0, 0, 4), (0, 4, 8)], 8);
     let mut leader = ScriptedLeader { fetches: VecDeque::from([fetched(None, 8, 4)]), ..Default::default() };
     let quota = ReplicationQuota::new(i64::MAX, 11, 1000);
-    fetch_once(&mut leader, ME, &[followed(&part, 0)], &quota).await.unwrap();
+    fetch_once(&mut leader, ME, &[followed(&part, 0)], &quota, &mut FetchSession::default()).await.unwrap();
     assert_eq!(part.offsets().unwrap().log_start, 4);
 }
 
@@ -264,7 +269,7 @@ async fn a_log_that_ends_below_the_leaders_start_starts_again_there() {
     out_of_range[0].error_code = ResponseError::OffsetOutOfRange.code();
     let mut leader = ScriptedLeader { fetches: VecDeque::from([out_of_range]), ..Default::default() };
     let quota = ReplicationQuota::new(i64::MAX, 11, 1000);
-    fetch_once(&mut leader, ME, &[followed(&part, 0)], &quota).await.unwrap();
+    fetch_once(&mut leader, ME, &[followed(&part, 0)], &quota, &mut FetchSession::default()).await.unwrap();
     let o = part.offsets().unwrap();
     assert_eq!((o.log_start, o.log_end), (20, 20));
 }
@@ -282,13 +287,61 @@ async fn a_throttled_replica_out_of_the_isr_waits_while_the_throttle_is_exceeded
     let mut sync_throttled = followed(&in_sync, 0);
     sync_throttled.throttled = true;
     let mut leader = ScriptedLeader { fetches: VecDeque::from([Vec::new()]), ..Default::default() };
-    fetch_once(&mut leader, ME, &[throttled.clone(), sync_throttled], &quota).await.unwrap();
+    fetch_once(&mut leader, ME, &[throttled.clone(), sync_throttled], &quota, &mut FetchSession::default())
+        .await
+        .unwrap();
     let asked: Vec<i32> = leader.asked_fetches[0].topics[0].partitions.iter().map(|p| p.partition).collect();
     assert_eq!(asked, [1], "only the in-sync replica is fetched: the throttle never holds the ISR back");
     // Alone and held back, nothing is fetched at all: the fetcher backs off.
     let mut leader = ScriptedLeader::default();
-    assert!(fetch_once(&mut leader, ME, &[throttled], &quota).await.unwrap());
+    assert!(fetch_once(&mut leader, ME, &[throttled], &quota, &mut FetchSession::default()).await.unwrap());
     assert!(leader.asked_fetches.is_empty());
+}
+
+#[tokio::test]
+async fn a_session_names_only_partitions_that_moved_and_forgets_those_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (follower_of(&dir, 0, &[(0, 0, 5)], 5), follower_of(&dir, 1, &[(0, 0, 5)], 5));
+    let (fa, fb) = (followed(&a, 0), followed(&b, 0));
+    let mut first = fetched(Some(batch(0, 5, 9)), 9, 0);
+    first.extend(fetched(None, 5, 0).into_iter().map(|mut p| {
+        p.partition_index = 1;
+        p
+    }));
+    let mut leader = ScriptedLeader {
+        fetches: VecDeque::from([first, Vec::new(), Vec::new(), Vec::new(), Vec::new()]),
+        session_id: 77,
+        ..Default::default()
+    };
+    let quota = ReplicationQuota::new(i64::MAX, 11, 1000);
+    let mut session = FetchSession::default();
+    let both = [fa.clone(), fb.clone()];
+    for list in [&both[..], &both[..], std::slice::from_ref(&fa)] {
+        assert!(!fetch_once(&mut leader, ME, list, &quota, &mut session).await.unwrap());
+    }
+    // The leader lost the session: no back-off, and the next fetch is full again.
+    leader.error_code = ResponseError::FetchSessionIdNotFound.code();
+    assert!(!fetch_once(&mut leader, ME, std::slice::from_ref(&fa), &quota, &mut session).await.unwrap());
+    leader.error_code = 0;
+    fetch_once(&mut leader, ME, std::slice::from_ref(&fa), &quota, &mut session).await.unwrap();
+    let named = |r: &FetchRequest| -> Vec<(i32, i64)> {
+        r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| (p.partition, p.fetch_offset))).collect()
+    };
+    let forgotten =
+        |r: &FetchRequest| -> Vec<i32> { r.forgotten_topics_data.iter().flat_map(|t| t.partitions.clone()).collect() };
+    let asked: Vec<_> =
+        leader.asked_fetches.iter().map(|r| (r.session_id, r.session_epoch, named(r), forgotten(r))).collect();
+    assert_eq!(
+        asked,
+        [
+            (0, 0, vec![(0, 5), (1, 5)], vec![]),
+            (77, 1, vec![(0, 9)], vec![]),
+            (77, 2, vec![], vec![1]),
+            (77, 3, vec![], vec![]),
+            (0, 0, vec![(0, 9)], vec![]),
+        ],
+        "full, then only what moved, then what is forgotten; after the loss, full again"
+    );
 }
 
 /// A leader whose answer arrives after something else happened to the follower (`meanwhile`,
@@ -326,7 +379,8 @@ async fn fetch_answer_dropped_after(meanwhile: i32, dir: &tempfile::TempDir) -> 
         meanwhile: || part.set_replica(follower_state(meanwhile, 1), 0),
     };
     let quota = ReplicationQuota::new(i64::MAX, 11, 1000);
-    let wait = fetch_once(&mut leader, ME, std::slice::from_ref(&f), &quota).await.unwrap();
+    let wait =
+        fetch_once(&mut leader, ME, std::slice::from_ref(&f), &quota, &mut FetchSession::default()).await.unwrap();
     assert!(!wait, "not an error to back off from: the fetcher follows the new state next");
     let o = part.offsets().unwrap();
     assert_eq!((o.log_end, o.leader_epoch), (5, 1), "the answer was dropped");
