@@ -143,6 +143,7 @@ def test_broker_serves_its_metrics_to_prometheus_on_the_http_listener(broker_fac
         "oxbow_broker_fetched_bytes_total": "counter",
         "oxbow_broker_connections": "gauge",
         "oxbow_broker_purgatory_size": "gauge",
+        "oxbow_broker_fetch_sessions": "gauge",
         "oxbow_broker_partitions": "gauge",
         "oxbow_broker_partitions_under_replicated": "gauge",
         "oxbow_broker_partitions_under_min_isr": "gauge",

@@ -80,7 +80,8 @@ impl TopicRef {
     }
 }
 
-type Key = (TopicRef, i32);
+/// A session's partitions by topic, then index.
+type Parts = BTreeMap<TopicRef, BTreeMap<i32, Cached>>;
 
 /// A partition of a session.
 struct Cached {
@@ -98,7 +99,7 @@ struct Session {
     /// The epoch its next fetch must carry.
     epoch: i32,
     by_id: bool,
-    parts: BTreeMap<Key, Cached>,
+    parts: Parts,
     used: Instant,
 }
 
@@ -165,14 +166,19 @@ impl FetchSessions {
         }
         for t in &req.forgotten_topics_data {
             let topic = TopicRef::of_forgotten(t, by_id);
-            for p in &t.partitions {
-                s.parts.remove(&(topic.clone(), *p));
+            if let Some(parts) = s.parts.get_mut(&topic) {
+                for p in &t.partitions {
+                    parts.remove(p);
+                }
+                if parts.is_empty() {
+                    s.parts.remove(&topic);
+                }
             }
         }
         for t in &req.topics {
-            let topic = TopicRef::of_request(t, by_id);
+            let parts = s.parts.entry(TopicRef::of_request(t, by_id)).or_default();
             for p in &t.partitions {
-                match s.parts.entry((topic.clone(), p.partition)) {
+                match parts.entry(p.partition) {
                     Entry::Occupied(mut e) => e.get_mut().asked = p.clone(),
                     Entry::Vacant(e) => {
                         e.insert(Cached { asked: p.clone(), sent_hw: -1, sent_log_start: -1 });
@@ -206,18 +212,17 @@ impl FetchSessions {
     }
 
     fn create(&self, req: &FetchRequest, by_id: bool, replica: i32, resp: &mut FetchResponse) {
-        let mut parts: BTreeMap<Key, Cached> = BTreeMap::new();
+        let mut parts = Parts::new();
         for t in &req.topics {
-            let topic = TopicRef::of_request(t, by_id);
+            let topic = parts.entry(TopicRef::of_request(t, by_id)).or_default();
             for p in &t.partitions {
-                parts
-                    .insert((topic.clone(), p.partition), Cached { asked: p.clone(), sent_hw: -1, sent_log_start: -1 });
+                topic.insert(p.partition, Cached { asked: p.clone(), sent_hw: -1, sent_log_start: -1 });
             }
         }
         for t in &resp.responses {
-            let topic = TopicRef::of_response(t, by_id);
+            let Some(topic) = parts.get_mut(&TopicRef::of_response(t, by_id)) else { continue };
             for p in &t.partitions {
-                if let Some(c) = parts.get_mut(&(topic.clone(), p.partition_index)) {
+                if let Some(c) = topic.get_mut(&p.partition_index) {
                     news(c, p);
                 }
             }
@@ -244,11 +249,8 @@ impl FetchSessions {
         // follower's next incremental fetch finds no session.
         let Some(s) = all.get_mut(&id) else { return };
         for t in &mut resp.responses {
-            let topic = TopicRef::of_response(t, by_id);
-            t.partitions.retain(|p| match s.parts.get_mut(&(topic.clone(), p.partition_index)) {
-                Some(c) => news(c, p),
-                None => true,
-            });
+            let Some(topic) = s.parts.get_mut(&TopicRef::of_response(t, by_id)) else { continue };
+            t.partitions.retain(|p| topic.get_mut(&p.partition_index).is_none_or(|c| news(c, p)));
         }
         resp.responses.retain(|t| !t.partitions.is_empty());
         resp.session_id = id;
@@ -276,19 +278,15 @@ fn news(c: &mut Cached, p: &PartitionData) -> bool {
 }
 
 /// A session's partitions as a request's topics, each topic once.
-fn grouped(parts: &BTreeMap<Key, Cached>) -> Vec<FetchTopic> {
-    let mut out: Vec<FetchTopic> = Vec::new();
-    let mut last: Option<&TopicRef> = None;
-    for ((topic, _), c) in parts {
-        if last != Some(topic) {
-            out.push(topic.fetch_topic());
-            last = Some(topic);
-        }
-        if let Some(t) = out.last_mut() {
-            t.partitions.push(c.asked.clone());
-        }
-    }
-    out
+fn grouped(parts: &Parts) -> Vec<FetchTopic> {
+    parts
+        .iter()
+        .map(|(topic, ps)| {
+            let mut t = topic.fetch_topic();
+            t.partitions = ps.values().map(|c| c.asked.clone()).collect();
+            t
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -136,6 +136,13 @@ pub const FAMILIES: &[Family] = &[
         }),
     },
     Family {
+        name: "oxbow.broker.fetch.sessions",
+        kind: Kind::Gauge,
+        unit: "{session}",
+        help: "Incremental fetch sessions this broker keeps as a leader for its followers (Kafka's NumIncrementalFetchSessions)",
+        read: Read::Broker(|b| Sample::plain(u64::try_from(b.fetch_sessions.len()).unwrap_or(0))),
+    },
+    Family {
         name: "oxbow.broker.partitions",
         kind: Kind::Gauge,
         unit: "{partition}",
