@@ -140,21 +140,66 @@ class Wire:
         self.sock.close()
 
     def call(self, api_key: int, version: int, body: bytes) -> io.BytesIO:
-        self.correlation += 1
-        head = struct.pack(">hhih", api_key, version, self.correlation, 4) + b"test"
-        self.sock.sendall(struct.pack(">i", len(head) + len(body)) + head + body)
-        size = struct.unpack(">i", self._exactly(4))[0]
-        frame = io.BytesIO(self._exactly(size))
-        assert struct.unpack(">i", frame.read(4))[0] == self.correlation
+        correlation = self.send(api_key, version, body)
+        frame = self.answer(correlation)
+        assert frame is not None, "the broker closed the connection"
         return frame
 
-    def _exactly(self, n: int) -> bytes:
+    def send(self, api_key: int, version: int, body: bytes) -> int:
+        """Sends a request without reading its answer; returns its correlation id."""
+        correlation, frame = self.frame(api_key, version, body)
+        self.sock.sendall(frame)
+        return correlation
+
+    def frame(self, api_key: int, version: int, body: bytes) -> tuple[int, bytes]:
+        """A request's frame, with the next correlation id."""
+        self.correlation += 1
+        head = struct.pack(">hhih", api_key, version, self.correlation, 4) + b"test"
+        return self.correlation, struct.pack(">i", len(head) + len(body)) + head + body
+
+    def answer(self, correlation: int) -> io.BytesIO | None:
+        """The next answer (after its correlation id), which must be `correlation`'s; None if the
+        broker closed the connection instead."""
+        head = self._exactly(4)
+        if head is None:
+            return None
+        body = self._exactly(struct.unpack(">i", head)[0])
+        assert body is not None, "the broker closed the connection inside an answer"
+        frame = io.BytesIO(body)
+        assert struct.unpack(">i", frame.read(4))[0] == correlation
+        return frame
+
+    def _exactly(self, n: int) -> bytes | None:
         buf = b""
         while len(buf) < n:
             chunk = self.sock.recv(n - len(buf))
-            assert chunk, "the broker closed the connection"
+            if not chunk:
+                return None
             buf += chunk
         return buf
+
+    def send_produce(self, topic: str, partition: int, *values: bytes) -> list[int]:
+        """Produce v3 requests (acks=1), one per value, each of one record to one partition, in
+        one write (pipelined); answers not read. Their correlation ids."""
+        frames = []
+        for value in values:
+            records = record_batch(value)
+            body = (self.string(None) + struct.pack(">hii", 1, 30_000, 1) + self.string(topic)
+                    + struct.pack(">iii", 1, partition, len(records)) + records)
+            frames.append(self.frame(0, 3, body))
+        self.sock.sendall(b"".join(f for _, f in frames))
+        return [c for c, _ in frames]
+
+    def produce_answer(self, correlation: int) -> tuple[int, int] | None:
+        """(error code, base offset) of a one-partition Produce v3; None if the connection closed."""
+        f = self.answer(correlation)
+        if f is None:
+            return None
+        f.read(4)  # one topic
+        self.read_string(f)
+        f.read(4 + 4)  # one partition, its index
+        code, base = struct.unpack(">hq", f.read(10))
+        return code, base
 
     @staticmethod
     def string(v: str | None) -> bytes:
@@ -194,6 +239,113 @@ class Wire:
         f.read(4 + 4)
         self.read_string(f)
         return struct.unpack(">h", f.read(2))[0]
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+CRC32C = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = CRC32C[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def varint(n: int) -> bytes:
+    z, out = (n << 1) ^ (n >> 63), b""
+    while True:
+        if z < 0x80:
+            return out + bytes([z])
+        out += bytes([(z & 0x7F) | 0x80])
+        z >>= 7
+
+
+def record_batch(value: bytes) -> bytes:
+    """A record batch (v2) of one record: no key, no headers, no producer id."""
+    record = b"\x00" + varint(0) + varint(0) + varint(-1) + varint(len(value)) + value + varint(0)
+    record = varint(len(record)) + record
+    now = int(time.time() * 1000)
+    after_crc = struct.pack(">hiqqqhii", 0, 0, now, now, -1, -1, -1, 1) + record
+    return struct.pack(">qiibI", 0, 4 + 1 + 4 + len(after_crc), -1, 2, crc32c(after_crc)) + after_crc
+
+
+def test_a_self_fenced_broker_refuses_a_produce_and_serves_nothing_pipelined_behind_it(cluster_factory):
+    """A broker whose heartbeats go unanswered for its session timeout fences itself: it refuses
+    produce with NOT_LEADER_OR_FOLLOWER. It then closes that connection after the answer and
+    serves none of the requests the client pipelined behind it: were they served once a heartbeat
+    unfenced it again, an idempotent producer's later batch would be written ahead of the refused
+    one, whose retry then fails OUT_OF_ORDER_SEQUENCE_NUMBER until it expires."""
+    c = cluster_factory(controllers=3, brokers=1)
+    broker = c.node(4)
+    adm = admin(c.nodes[0])
+    adm.create_topics([NewTopic("self-fence", num_partitions=1, replica_assignment=[[4]])],
+                      operation_timeout=30)["self-fence"].result(40)
+    wait_until(lambda: broker.view().get("self-fence", (0, ()))[1] == (4,), 15, "led by broker 4, as it knows")
+    w = Wire(broker)
+    assert w.produce_answer(*w.send_produce("self-fence", 0, b"before")) == (0, 0)
+    w.close()
+
+    def produce_once(value: bytes) -> tuple[int, int]:
+        """One produce on a connection of its own; after a refusal the broker closed it."""
+        w = Wire(broker)
+        try:
+            got = w.produce_answer(*w.send_produce("self-fence", 0, value))
+            assert got is not None, "no answer"
+            if got[0] != 0:
+                w.sock.settimeout(10)
+                try:
+                    closed = w.sock.recv(1) == b""
+                except ConnectionResetError:
+                    closed = True
+                except TimeoutError:
+                    closed = False
+                assert closed, "the connection stays open after a refused produce"
+            return got
+        finally:
+            w.close()
+
+    # Two of the three voters stop: no quorum answers broker 4's heartbeats.
+    stopped = [c.node(2), c.node(3)]
+    for n in stopped:
+        n.proc.send_signal(signal.SIGSTOP)
+    try:
+        written = 1
+        deadline = time.monotonic() + 30
+        while (got := produce_once(b"probe"))[0] == 0:
+            assert got[1] == written
+            written += 1
+            assert time.monotonic() < deadline, "broker 4 went on taking writes without a quorum"
+            time.sleep(0.2)
+        assert got[0] == 6, got  # NOT_LEADER_OR_FOLLOWER
+        # Three produce requests pipelined on one connection: the first is answered, refused,
+        # and the connection closes without an answer to the others.
+        w = Wire(broker)
+        sent = w.send_produce("self-fence", 0, *(f"pipelined-{i}".encode() for i in range(3)))
+        first = w.produce_answer(sent[0])
+        assert first is not None and first[0] == 6, first
+        assert w.produce_answer(sent[1]) is None, "a request pipelined behind the refused one was answered"
+        w.close()
+    finally:
+        for n in stopped:
+            n.proc.send_signal(signal.SIGCONT)
+    # Unfenced again, the broker takes writes; none of the pipelined ones was written.
+    deadline = time.monotonic() + 60
+    while (got := produce_once(b"after"))[0] != 0:
+        assert time.monotonic() < deadline, f"broker 4 still refuses writes: {got}"
+        time.sleep(0.5)
+    assert got[1] == written, (got, written)
+    values = [r.value for r in consume_all(c.nodes[0], "self-fence", partitions=[0])[0]]
+    assert values == [b"before"] + [b"probe"] * (written - 1) + [b"after"], values
 
 
 def test_a_topic_created_through_one_node_is_changed_and_deleted_through_the_others_at_once(cluster_factory):

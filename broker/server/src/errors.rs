@@ -46,6 +46,11 @@ pub enum BrokerError {
     /// This broker does not lead the partition (or may not act as its leader right now).
     #[error("{0}")]
     NotLeader(String),
+    /// This broker's controller has not confirmed it unfenced within its session timeout, so it
+    /// acts as the leader of nothing (NOT_LEADER_OR_FOLLOWER, as [`BrokerError::NotLeader`]). A
+    /// produce refused so closes its connection (`handlers::produce`).
+    #[error("{0}")]
+    SelfFenced(String),
     #[error("{0}")]
     FencedLeaderEpoch(String),
     #[error("{0}")]
@@ -220,7 +225,7 @@ impl BrokerError {
             B::IneligibleReplica(_) => K::IneligibleReplica,
             B::InvalidUpdateVersion(_) => K::InvalidUpdateVersion,
             B::LeaderNotAvailable => K::LeaderNotAvailable,
-            B::NotLeader(_) => K::NotLeaderOrFollower,
+            B::NotLeader(_) | B::SelfFenced(_) => K::NotLeaderOrFollower,
             B::FencedLeaderEpoch(_) => K::FencedLeaderEpoch,
             B::UnknownLeaderEpoch(_) => K::UnknownLeaderEpoch,
             B::NotEnoughReplicas(_) => K::NotEnoughReplicas,
@@ -481,6 +486,7 @@ mod tests {
         assert_eq!(BrokerError::unknown_topic(false).code(), 3);
         assert_eq!(BrokerError::unknown_topic(true).code(), 100);
         assert_eq!(BrokerError::NotLeader(String::new()).code(), 6);
+        assert_eq!(BrokerError::SelfFenced(String::new()).code(), 6);
         assert_eq!(BrokerError::TimedOut(String::new()).code(), 7);
         assert_eq!(BrokerError::InvalidRequest(String::new()).code(), 42);
         assert_eq!(BrokerError::from(LogError::OffsetOutOfRange { offset: 9, start: 0, end: 3 }).code(), 1);

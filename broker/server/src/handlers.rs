@@ -73,6 +73,8 @@ pub struct Applied {
     /// True while the connection polls its requests.
     polling: AtomicBool,
     waker: AtomicWaker,
+    /// Set by [`Applied::close_after`].
+    closes: AtomicBool,
 }
 
 impl Applied {
@@ -81,6 +83,19 @@ impl Applied {
         if !self.fired.swap(true, Ordering::SeqCst) && !self.polling.load(Ordering::SeqCst) {
             self.waker.wake();
         }
+    }
+
+    /// Makes the connection start nothing after this request: it answers what is in flight and
+    /// closes, and the client sends again what it had pipelined behind. Call before [`fire`].
+    ///
+    /// [`fire`]: Applied::fire
+    pub fn close_after(&self) {
+        self.closes.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the connection closes after this request.
+    pub fn closes(&self) -> bool {
+        self.closes.load(Ordering::SeqCst)
     }
 
     /// Polls `poll` (which polls the request) with the flag that spares `fire` its wake-up, then

@@ -111,14 +111,15 @@ impl Topic {
     }
 
     /// Partition `i` if this broker leads it: UNKNOWN_TOPIC_OR_PARTITION for a partition the
-    /// topic does not have, NOT_LEADER_OR_FOLLOWER for one led elsewhere (or by nobody).
+    /// topic does not have, NOT_LEADER_OR_FOLLOWER for one led elsewhere (or by nobody), and
+    /// for any while this broker is not confirmed unfenced ([`BrokerError::SelfFenced`]).
     pub fn led(&self, i: i32) -> Result<&Arc<Partition>, BrokerError> {
         let state = usize::try_from(i)
             .ok()
             .and_then(|i| self.states.get(i))
             .ok_or_else(|| BrokerError::UnknownTopic(format!("topic {} has no partition {i}", self.meta.name)))?;
         if self.liveness.is_fenced() {
-            return Err(BrokerError::NotLeader(format!(
+            return Err(BrokerError::SelfFenced(format!(
                 "broker {} has not been confirmed unfenced by the active controller within its session timeout",
                 self.node
             )));

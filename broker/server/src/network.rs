@@ -13,6 +13,9 @@
 //! `sasl.server.max.receive.size`. A re-authentication (KIP-368) waits until every request
 //! before it has been answered, then runs alone.
 //!
+//! A request may end its connection after its answer ([`handlers::Applied::close_after`]):
+//! nothing pipelined behind it is started, and the client sends it again on a new connection.
+//!
 //! A frame whose size is out of bounds, that does not parse as a request header, or that names
 //! an unknown API or unsupported version (other than ApiVersions) closes that connection only.
 
@@ -312,10 +315,10 @@ where
                 None => reading = false,
             },
             step = next_step(&mut pending, applying.as_deref()), if !pending.is_empty() => match step {
-                Step::Applied => applying = None,
+                Step::Applied => reading &= !applying.take().is_some_and(|a| a.closes()),
                 Step::Done(r) => {
                     if pending.is_empty() {
-                        applying = None;
+                        reading &= !applying.take().is_some_and(|a| a.closes());
                     }
                     match r {
                         Ok(Some(resp)) => {

@@ -320,7 +320,7 @@ fn marker_is_commit(key: &[u8]) -> Option<bool> {
 /// Kafka's coordinator errors for a failed append to `__consumer_offsets`.
 fn store_error(e: &BrokerError) -> GroupError {
     match e {
-        BrokerError::NotLeader(_) | BrokerError::Storage(_) => GroupError::NotCoordinator,
+        BrokerError::NotLeader(_) | BrokerError::SelfFenced(_) | BrokerError::Storage(_) => GroupError::NotCoordinator,
         BrokerError::MessageTooLarge(_) | BrokerError::RecordListTooLarge(_) => GroupError::InvalidCommitOffsetSize,
         // A transactional commit whose producer was fenced, or whose partition left the
         // transaction before it was written (Kafka answers the same).

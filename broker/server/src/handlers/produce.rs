@@ -157,6 +157,7 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
     let acks = req.acks;
     let mut resp = ProduceResponse::default();
     let mut ready: Vec<Ready> = Vec::new();
+    let mut self_fenced = false;
     let now = now_ms();
     // WRITE on the transactional id, then on each topic (an unknown topic too: the answer does
     // not tell an unauthorized client which topics exist), as Kafka.
@@ -181,10 +182,22 @@ pub async fn handle(ctx: &Ctx<'_>, req: ProduceRequest) -> Option<ProduceRespons
                     ready.push(r);
                     tr.partition_responses.push(partition_error(pd.index, &BrokerError::OperationNotAttempted));
                 }
-                Err(e) => tr.partition_responses.push(partition_error(pd.index, &e)),
+                Err(e) => {
+                    self_fenced |= matches!(e, BrokerError::SelfFenced(_));
+                    tr.partition_responses.push(partition_error(pd.index, &e));
+                }
             }
         }
         resp.responses.push(tr);
+    }
+    if self_fenced {
+        // The requests this client pipelined behind this one were sent before it learns of the
+        // refusal: served once this broker is confirmed unfenced again (a heartbeat away), an
+        // idempotent producer's later batch would be written before the refused one, whose
+        // retry then fails OUT_OF_ORDER_SEQUENCE_NUMBER until it expires. Closing the connection
+        // after the answer refuses them all; the client retries them in order.
+        tracing::debug!("refused a produce while not confirmed unfenced: closing the connection after the answer");
+        ctx.applied.close_after();
     }
     verify(ctx, &req, &mut ready, &mut resp).await;
     let mut pending: Vec<Pending> = Vec::new();
