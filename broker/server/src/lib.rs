@@ -80,6 +80,56 @@ pub use broker::Broker;
 pub use config::{BrokerConfig, ConfigError};
 pub use log_manager::StartupError;
 
+/// The metadata quorum's own thread, as Kafka runs its Raft client and controller on threads of
+/// their own. On the threads that serve clients, a busy node (2 cores, 10,000 partitions of RF 3
+/// under produce) queued the Raft RPCs, heartbeats and leadership checks behind client requests
+/// until they timed out: voters elected again and again, and brokers whose heartbeats went
+/// unanswered fenced themselves. Dropped last (the quorum's tasks have stopped by then).
+struct QuorumThread(Option<tokio::runtime::Runtime>);
+
+/// The quorum starting, with its tasks.
+type Starting = Pin<Box<dyn Future<Output = Result<(Quorum, JoinSet<()>), oxbow_meta::QuorumError>> + Send>>;
+
+impl QuorumThread {
+    fn new() -> anyhow::Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("oxbow-quorum")
+            .enable_all()
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot start the metadata quorum's thread: {e}"))?;
+        Ok(Self(Some(rt)))
+    }
+
+    /// Starts this node's part of the quorum there; `tasks` gets one task that ends when the
+    /// quorum's tasks have (after `stop`).
+    async fn start(
+        &self,
+        cfg: QuorumConfig,
+        tasks: &mut JoinSet<()>,
+        stop: CancellationToken,
+    ) -> anyhow::Result<Quorum> {
+        let Some(rt) = &self.0 else { anyhow::bail!("the metadata quorum's thread has stopped") };
+        // Boxed: its type stays out of every caller's future (their layouts nest deep enough).
+        let starting: Starting = Box::pin(async move {
+            let mut own = JoinSet::new();
+            Quorum::start(cfg, &mut own, stop).await.map(|q| (q, own))
+        });
+        let (quorum, mut own) = rt.spawn(starting).await??;
+        tasks.spawn(async move { while own.join_next().await.is_some() {} });
+        Ok(quorum)
+    }
+}
+
+impl Drop for QuorumThread {
+    fn drop(&mut self) {
+        // Without blocking: this may run inside the main runtime.
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 /// A broker with its storage open, its listener bound, and its place in the metadata quorum.
 pub struct Server {
     broker: Arc<Broker>,
@@ -90,6 +140,7 @@ pub struct Server {
     /// The quorum, image follower and heartbeat tasks, stopped after the listener drained.
     meta_tasks: JoinSet<()>,
     meta_stop: CancellationToken,
+    quorum_thread: QuorumThread,
 }
 
 /// Resolves a listener's `host:port` to a socket address to bind.
@@ -178,7 +229,8 @@ impl Server {
 
         let meta_stop = CancellationToken::new();
         let mut meta_tasks = JoinSet::new();
-        let quorum = Quorum::start(qcfg, &mut meta_tasks, meta_stop.clone()).await?;
+        let quorum_thread = QuorumThread::new()?;
+        let quorum = quorum_thread.start(qcfg, &mut meta_tasks, meta_stop.clone()).await?;
         broker.controller.set_quorum(quorum.clone());
         health.set_quorum(quorum.clone());
         health.set_broker(&broker);
@@ -205,7 +257,7 @@ impl Server {
             cluster_id = %broker.cluster_id,
             "storage loaded"
         );
-        Ok(Self { broker, listeners, health, health_task, meta_tasks, meta_stop })
+        Ok(Self { broker, listeners, health, health_task, meta_tasks, meta_stop, quorum_thread })
     }
 
     /// Where the health endpoints listen, if `oxbow.http.listener` is set.
@@ -262,6 +314,7 @@ impl Server {
         while jobs.join_next().await.is_some() {}
         self.meta_stop.cancel();
         while self.meta_tasks.join_next().await.is_some() {}
+        drop(self.quorum_thread);
         let b = self.broker.clone();
         tokio::task::spawn_blocking(move || b.close_logs()).await?;
         if let Some((_, task)) = self.health_task {
@@ -281,6 +334,7 @@ pub struct ControllerNode {
     tasks: JoinSet<()>,
     stop: CancellationToken,
     pub cluster_id: String,
+    quorum_thread: QuorumThread,
 }
 
 impl ControllerNode {
@@ -305,11 +359,12 @@ impl ControllerNode {
         let qcfg = quorum_config(&config).await?;
         let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();
-        let quorum = Quorum::start(qcfg, &mut tasks, stop.clone()).await?;
+        let quorum_thread = QuorumThread::new()?;
+        let quorum = quorum_thread.start(qcfg, &mut tasks, stop.clone()).await?;
         health.set_quorum(quorum.clone());
         let (q, dir, s) = (quorum.clone(), config.metadata_log_dir.clone(), stop.clone());
         tasks.spawn(async move { format::apply_bootstrap_scram(&dir, &q, s).await });
-        Ok(Self { quorum, health, health_task, tasks, stop, cluster_id })
+        Ok(Self { quorum, health, health_task, tasks, stop, cluster_id, quorum_thread })
     }
 
     pub fn quorum(&self) -> &Quorum {
@@ -333,6 +388,7 @@ impl ControllerNode {
         tracing::info!("shutting down: leaving the quorum's work to the other voters");
         self.stop.cancel();
         while self.tasks.join_next().await.is_some() {}
+        drop(self.quorum_thread);
         if let Some((_, task)) = self.health_task {
             task.abort();
         }
