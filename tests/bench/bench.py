@@ -43,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "clients"))
 import security_certs  # noqa: E402 - the test PKI of the security suites
+from oxbow_harness import free_port  # noqa: E402,F401 - also telemetry_overhead's (OXBOW_TEST_PORTS)
 JAVA_DIR = ROOT / "tests" / "bench" / "java"
 KAFKA_VERSION = "4.1.1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -81,10 +82,6 @@ def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def java_classpath() -> str:

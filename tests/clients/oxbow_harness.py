@@ -17,6 +17,7 @@ to ::1).
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import struct
@@ -92,11 +93,29 @@ def require_broker_binary() -> Path:
 _given: dict[str, set[int]] = {}
 
 
+def port_range() -> tuple[int, int] | None:
+    """`OXBOW_TEST_PORTS=LO-HI`: pick ports in that range instead of the kernel's ephemeral one.
+    tests/run-all gives the suites it runs beside pytest a range of their own (below both the
+    ephemeral range and Kubernetes' NodePorts), so that a port one suite picked and has not bound
+    yet cannot be handed to the other."""
+    spec = os.environ.get("OXBOW_TEST_PORTS")
+    if not spec:
+        return None
+    lo, _, hi = spec.partition("-")
+    if not (lo.isdigit() and hi.isdigit() and 1024 <= int(lo) < int(hi) <= 65535):
+        raise ValueError(f"OXBOW_TEST_PORTS={spec!r}: expected LO-HI, two ports, LO < HI")
+    return int(lo), int(hi)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     given = _given.setdefault(host, set())
+    within = port_range()
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
+            try:
+                s.bind((host, random.randint(*within) if within else 0))
+            except OSError:  # taken: try another one of the range
+                continue
             port = s.getsockname()[1]
         if port not in given:
             given.add(port)

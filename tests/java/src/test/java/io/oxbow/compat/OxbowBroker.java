@@ -18,6 +18,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
+import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.function.IntFunction;
 import java.util.stream.Stream;
@@ -164,16 +165,46 @@ public final class OxbowBroker implements AutoCloseable {
     /** Ports already handed out: each pick closes its socket, so the kernel may offer it again. */
     private static final Set<Integer> GIVEN_PORTS = new HashSet<>();
 
-    /** A free loopback port, never one this JVM handed out before. */
+    /**
+     * A free loopback port, never one this JVM handed out before. With {@code OXBOW_TEST_PORTS=LO-HI}
+     * (tests/run-all sets it for the suites it runs beside pytest) it is picked in that range instead
+     * of the kernel's ephemeral one, so that a port another suite picked and has not bound yet cannot
+     * be handed out here too.
+     */
     static synchronized int freePort() throws IOException {
+        int[] range = portRange();
         while (true) {
-            try (ServerSocket s = new ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
+            int want = range == null ? 0 : ThreadLocalRandom.current().nextInt(range[0], range[1] + 1);
+            try (ServerSocket s = new ServerSocket()) {
                 s.setReuseAddress(true);
+                s.bind(new InetSocketAddress(java.net.InetAddress.getLoopbackAddress(), want), 1);
                 if (GIVEN_PORTS.add(s.getLocalPort())) {
                     return s.getLocalPort();
                 }
+            } catch (java.net.BindException taken) {
+                if (range == null) {
+                    throw taken;
+                }
             }
         }
+    }
+
+    private static int[] portRange() {
+        String spec = System.getenv("OXBOW_TEST_PORTS");
+        if (spec == null || spec.isEmpty()) {
+            return null;
+        }
+        String[] parts = spec.split("-", 2);
+        try {
+            int lo = Integer.parseInt(parts[0]);
+            int hi = Integer.parseInt(parts[1]);
+            if (1024 <= lo && lo < hi && hi <= 65535) {
+                return new int[] {lo, hi};
+            }
+        } catch (NumberFormatException | ArrayIndexOutOfBoundsException bad) {
+            // reported below
+        }
+        throw new IllegalArgumentException("OXBOW_TEST_PORTS=" + spec + ": expected LO-HI, two ports, LO < HI");
     }
 
     private void awaitListening(String cmdline) throws InterruptedException {
