@@ -77,10 +77,19 @@ impl Error {
     }
 }
 
-/// This package's directory (golden files, generated CRDs). Cargo's value at run time comes
-/// first: a binary reused from a build in another checkout (a shared target dir) would
-/// otherwise look at that checkout.
+/// This package's directory (golden files, generated CRDs): cargo's value at run time
+/// (`cargo run`, `cargo test`), else the operator directory of the checkout the current directory
+/// is in, else the one this binary was built from. A binary reused from a shared target dir may
+/// have been built in another checkout, whose files it would otherwise read (or `crdgen --check`
+/// compare).
 pub fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")), std::path::PathBuf::from)
+    use std::path::{Path, PathBuf};
+    if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
+        return PathBuf::from(dir);
+    }
+    let is_checkout = |d: &Path| d.join("operator/Cargo.toml").is_file() && d.join("crds").is_dir();
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| cwd.ancestors().find(|d| is_checkout(d)).map(|d| d.join("operator")))
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }

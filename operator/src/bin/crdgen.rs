@@ -2,26 +2,13 @@
 //!
 //! `crdgen` rewrites the files; `crdgen --check` fails (exit 1) if any differs, which CI runs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
-
-/// The checkout to write or check: cargo's (`cargo run`), else the one the current directory is
-/// in, else the one this binary was built from. A binary reused from a shared target dir may have
-/// been built in another checkout, whose files `--check` would otherwise compare.
-fn checkout() -> PathBuf {
-    if std::env::var_os("CARGO_MANIFEST_DIR").is_some() {
-        return oxbow_operator::manifest_dir().join("..");
-    }
-    let is_checkout = |d: &Path| d.join("operator/Cargo.toml").is_file() && d.join("crds").is_dir();
-    std::env::current_dir()
-        .ok()
-        .and_then(|cwd| cwd.ancestors().find(|d| is_checkout(d)).map(Path::to_path_buf))
-        .unwrap_or_else(|| oxbow_operator::manifest_dir().join(".."))
-}
 
 fn main() -> ExitCode {
     let check = std::env::args().any(|a| a == "--check");
-    let root = checkout();
+    // The checkout to write or check (see manifest_dir: cargo's, else the current directory's).
+    let root = oxbow_operator::manifest_dir().join("..");
     let mut drifted = Vec::new();
     for (path, text) in oxbow_operator::crdgen::files() {
         let full = root.join(&path);
