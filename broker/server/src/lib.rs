@@ -84,7 +84,8 @@ pub use log_manager::StartupError;
 /// their own. On the threads that serve clients, a busy node (2 cores, 10,000 partitions of RF 3
 /// under produce) queued the Raft RPCs, heartbeats and leadership checks behind client requests
 /// until they timed out: voters elected again and again, and brokers whose heartbeats went
-/// unanswered fenced themselves. Dropped last (the quorum's tasks have stopped by then).
+/// unanswered fenced themselves. Dropped last (the quorum's tasks have stopped by then). The
+/// runtime is an `Option` only so that `drop` can take it out and shut it down without blocking.
 struct QuorumThread(Option<tokio::runtime::Runtime>);
 
 /// The quorum starting, with its tasks.
@@ -109,7 +110,7 @@ impl QuorumThread {
         tasks: &mut JoinSet<()>,
         stop: CancellationToken,
     ) -> anyhow::Result<Quorum> {
-        let Some(rt) = &self.0 else { anyhow::bail!("the metadata quorum's thread has stopped") };
+        let Some(rt) = &self.0 else { unreachable!("the runtime is taken out only by drop") };
         // Boxed: its type stays out of every caller's future (their layouts nest deep enough).
         let starting: Starting = Box::pin(async move {
             let mut own = JoinSet::new();
