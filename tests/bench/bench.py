@@ -305,9 +305,21 @@ def print_broker_logs(workdir: Path, lines: int = 40) -> None:
         print("\n".join(tail), file=sys.stderr)
 
 
+def java_cmd(classpath: str, main: str, args: list[str], log4j: str = "/dev/null") -> list[str]:
+    """A Java load generator's command line; its log4j 1 configuration is `log4j` (none by
+    default: the client's own log lines would fill stderr)."""
+    return ["java", "-Xmx1g", f"-Dlog4j.configuration=file:{log4j}", "-cp", classpath, main, *args]
+
+
+def producer_perf_args(bootstrap: str, topic: str, records: int, size: int, acks: str, compression: str) -> list[str]:
+    """Kafka's ProducerPerformance arguments: unthrottled, with the harness's producer settings."""
+    props = {"bootstrap.servers": bootstrap, "acks": acks, "compression.type": compression, **PRODUCER}
+    return ["--topic", topic, "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
+            "--producer-props", *[f"{k}={v}" for k, v in props.items()]]
+
+
 def java_tool(classpath: str, main: str, args: list[str], timeout: int = 1800) -> str:
-    cmd = ["java", "-Xmx1g", "-Dlog4j.configuration=file:/dev/null", "-cp", classpath, main, *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(java_cmd(classpath, main, args), capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError(f"{main} failed ({r.returncode}): {r.stderr[-2000:]}{r.stdout[-2000:]}")
     return r.stdout
@@ -444,10 +456,8 @@ def run_produce(b: Broker, cp: str, w: Produce, topic: str, res: Results, create
     if create:
         create_topic(b, topic, w.partitions, w.replicas)
     cpu0, _ = b.stats()
-    props = {"bootstrap.servers": b.bootstrap(), "acks": w.acks, "compression.type": w.compression, **PRODUCER}
     out = java_tool(cp, "org.apache.kafka.tools.ProducerPerformance",
-                    ["--topic", topic, "--num-records", str(w.records), "--record-size", str(w.size), "--throughput", "-1",
-                     "--producer-props", *[f"{k}={v}" for k, v in props.items()]])
+                    producer_perf_args(b.bootstrap(), topic, w.records, w.size, w.acks, w.compression))
     cpu1, _ = b.stats()
     last = [l for l in out.splitlines() if "records sent" in l][-1]
     m = re.search(r"([\d.]+) records/sec \(([\d.]+) MB/sec\)", last)
@@ -678,9 +688,7 @@ def fill_log(b: Broker, cp: str, gigabytes: float) -> None:
     topic = "bench-recovery"
     create_topic(b, topic, 1)
     n = max(1000, int(gigabytes * 1e9 / 1024))
-    java_tool(cp, "org.apache.kafka.tools.ProducerPerformance",
-              ["--topic", topic, "--num-records", str(n), "--record-size", "1024", "--throughput", "-1",
-               "--producer-props", f"bootstrap.servers={b.bootstrap()}", "acks=1", *[f"{k}={v}" for k, v in PRODUCER.items()]])
+    java_tool(cp, "org.apache.kafka.tools.ProducerPerformance", producer_perf_args(b.bootstrap(), topic, n, 1024, "1", "none"))
 
 
 def timed_recovery(b: Broker, cp: str, gigabytes: float, res: Results, workload: str) -> None:
@@ -1124,9 +1132,7 @@ def move_round(kind: str, cp: str, workdir: Path, args, res: Results) -> None:
         n = max(1000, int(args.move_gb * 2**30 / 1024))
         log(f"{kind}: filling {args.move_gb} GiB into one partition on broker 1")
         java_tool(cp, "org.apache.kafka.tools.ProducerPerformance",
-                  ["--topic", topic, "--num-records", str(n), "--record-size", "1024", "--throughput", "-1",
-                   "--producer-props", f"bootstrap.servers=127.0.0.1:{pair.ports[1]}", "acks=1",
-                   *[f"{k}={v}" for k, v in PRODUCER.items()]])
+                  producer_perf_args(f"127.0.0.1:{pair.ports[1]}", topic, n, 1024, "1", "none"))
         work = f"move {args.move_gb} GiB partition to a new broker"
         res.add(f"{work}, unthrottled", "time to in sync", "s", "lower", kind, timed_move(pair, topic, 2, None))
         rate = int(args.move_throttle_mb * 2**20)

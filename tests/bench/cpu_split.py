@@ -41,10 +41,8 @@ def main():
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(1)
-        cmd = ["java", "-Xmx1g", "-Dlog4j.configuration=file:/dev/null", "-cp", cp,
-               "org.apache.kafka.tools.ProducerPerformance", "--topic", "split", "--num-records", "1500000",
-               "--record-size", "1024", "--throughput", "-1", "--producer-props",
-               f"bootstrap.servers=127.0.0.1:{port}", "acks=all", "linger.ms=5", "batch.size=65536"]
+        cmd = bench.java_cmd(cp, "org.apache.kafka.tools.ProducerPerformance",
+                             bench.producer_perf_args(f"127.0.0.1:{port}", "split", 1500000, 1024, "all", "none"))
         broker_before = cpu_seconds(broker.pid)
         start = time.time()
         producer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

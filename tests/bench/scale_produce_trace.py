@@ -78,11 +78,8 @@ def one_round(r: int, partitions: int, cp: str, out: Path) -> dict:
         sampler.start()
         log4j = out / "log4j.properties"
         log4j.write_text(LOG4J)
-        props = {"bootstrap.servers": nodes.bootstrap(), "acks": "all", "compression.type": "none", **bench.PRODUCER}
-        cmd = ["java", "-Xmx1g", f"-Dlog4j.configuration=file:{log4j}", "-cp", cp,
-               "org.apache.kafka.tools.ProducerPerformance", "--topic", "t", "--num-records", "500000",
-               "--record-size", "1024", "--throughput", "-1",
-               "--producer-props", *[f"{k}={v}" for k, v in props.items()]]
+        cmd = bench.java_cmd(cp, "org.apache.kafka.tools.ProducerPerformance",
+                             bench.producer_perf_args(nodes.bootstrap(), "t", 500000, 1024, "all", "none"), str(log4j))
         cpu0, _ = nodes.stats()
         t0 = time.monotonic()
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
