@@ -3,12 +3,24 @@
 //! the caller's timeout; a retry of an attempt that got no answer says so, so the controller can
 //! tell a command that already took effect (`done_before`).
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, ServerState};
+use tonic::Request;
+use tonic::transport::Channel;
 
 use super::service::remote_error;
-use super::*;
+use super::{
+    AdminRefusal, AdminReply, AdminResult, CommandError, CommandResult, Quorum, QuorumAdmin, Routed, RoutedReply,
+    now_ms,
+};
+use crate::controller::{Command, Reply, done_before};
+use crate::network::{channel_via, decode, encode, set_target};
+use crate::raft::{Raft, RecordBatch};
+use crate::records::NodeId;
+use crate::rpc::quorum_client::QuorumClient;
 
 impl Quorum {
     /// Runs `cmd` on the active controller, wherever it is; retries while there is no leader

@@ -3,8 +3,19 @@
 //! follow the image with. A request this node cannot decode is refused as INVALID_ARGUMENT,
 //! which the sender takes for a command its controller does not have (`remote_error`).
 
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tonic::{Request, Response, Status};
+
 use super::routing::RETRY_HEADER;
-use super::*;
+use super::{AdminReply, AdminResult, CommandError, FetchReply, FetchRequest, Quorum, QuorumAdmin};
+use crate::controller::Command;
+use crate::network::{check_target, decode, encode};
+use crate::raft::{Raft, TypeConfig};
+use crate::records::NodeId;
+use crate::rpc::Payload;
+use crate::rpc::quorum_server::Quorum as QuorumRpc;
 
 pub(super) struct Service {
     pub(super) q: Quorum,

@@ -1,6 +1,9 @@
+use tonic::Status;
+
 use super::service::remote_error;
 use super::*;
 use crate::controller::Refusal;
+use crate::network::set_target;
 use crate::records::Configs;
 use uuid::Uuid;
 
