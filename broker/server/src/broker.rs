@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use oxbow_meta::records::Endpoint;
 use oxbow_meta::{Command, MetadataImage, Quorum, Reply};
@@ -437,15 +438,18 @@ impl Broker {
     /// answer, as in Kafka: this broker's image may not have applied a topic that another broker
     /// just created (a CreatePartitions through it was refused UNKNOWN_TOPIC_OR_PARTITION).
     /// `assignments`: the new partitions' replica lists, else the controller places them.
+    /// Answered once committed, after waiting up to `wait` for this broker to apply it
+    /// ([`ControllerClient::execute_committed`]).
     pub async fn create_partitions(
         &self,
         name: &str,
         count: i32,
         assignments: Option<Vec<Vec<i32>>>,
         validate_only: bool,
+        wait: Duration,
     ) -> Result<(), BrokerError> {
         let cmd = Command::CreatePartitions { name: name.to_string(), count, assignments, validate_only };
-        self.controller.execute(cmd).await?;
+        self.controller.execute_committed(cmd, wait).await?;
         Ok(())
     }
 

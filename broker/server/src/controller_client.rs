@@ -2,8 +2,9 @@
 //! command goes to the quorum (forwarded to its leader wherever that is), and the answer comes
 //! back once this broker has applied the committed result, so a handler that creates a topic
 //! finds it in the metadata view right after (a running broker's heartbeat excepted, see
-//! `Broker::heartbeat`). Also this broker's registration epoch and the block of producer ids it
-//! hands out.
+//! `Broker::heartbeat`; and a command whose answer does not read the view is answered once
+//! committed even if this broker applies it late, see [`ControllerClient::execute_committed`]).
+//! Also this broker's registration epoch and the block of producer ids it hands out.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -79,6 +80,21 @@ impl ControllerClient {
     pub async fn execute(&self, cmd: Command) -> Result<Reply, BrokerError> {
         let (version, reply) = self.commit(cmd).await?;
         self.applied_or_timeout(version).await?;
+        Ok(reply)
+    }
+
+    /// Runs `cmd` on the active controller and answers once it is committed, as Kafka's
+    /// controller does: for commands whose answer does not read this broker's image. This
+    /// broker's own apply is waited for up to `wait` (at most [`CONTROLLER_TIMEOUT`]) first, so
+    /// that a client asking this broker next sees the change; but a committed change is not
+    /// answered as failed because this broker applies it late. (Opening 5,000 new partitions on
+    /// a loaded node once took longer than that: the client got REQUEST_TIMED_OUT for a change
+    /// that had been made, and its retry would have got INVALID_PARTITIONS.)
+    pub async fn execute_committed(&self, cmd: Command, wait: Duration) -> Result<Reply, BrokerError> {
+        let (version, reply) = self.commit(cmd).await?;
+        if !self.wait_applied(version, wait.min(CONTROLLER_TIMEOUT)).await {
+            tracing::info!(version, "answering for a committed change this broker has not applied yet");
+        }
         Ok(reply)
     }
 
@@ -166,5 +182,53 @@ impl ControllerClient {
             other => return Err(BrokerError::unexpected_reply(&other)),
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use oxbow_meta::QuorumConfig;
+    use tokio::task::JoinSet;
+    use tokio_util::sync::CancellationToken;
+
+    /// A committed change is answered as done though this broker has not applied it (here it
+    /// applies nothing at all); `execute` would have answered REQUEST_TIMED_OUT after 30 s.
+    #[tokio::test]
+    async fn a_committed_change_is_answered_though_this_broker_has_not_applied_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = QuorumConfig {
+            node_id: 1,
+            voters: [(1, "127.0.0.1:0".to_string())].into_iter().collect(),
+            bootstrap: Vec::new(),
+            auto_join: false,
+            advertised: None,
+            controller: true,
+            controller_listener: None,
+            local_ip: None,
+            dir: dir.path().to_path_buf(),
+            session_timeout_ms: 9_000,
+            unclean_leader_election: false,
+            snapshot_bytes: 1 << 30,
+            election_timeout_ms: 500,
+            tls: None,
+            observer_session_timeout: oxbow_meta::quorum::OBSERVER_SESSION_TIMEOUT,
+        };
+        let stop = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let quorum = Quorum::start(cfg, &mut tasks, stop.clone()).await.unwrap();
+        let (_never_applied, applied) = watch::channel(0);
+        let client = ControllerClient::new(1, applied);
+        client.set_quorum(quorum);
+
+        let reply = client.execute_committed(Command::Barrier, Duration::from_millis(100)).await.unwrap();
+        assert!(matches!(reply, Reply::Done), "{reply:?}");
+        let (version, _) = client.commit(Command::Barrier).await.unwrap();
+        assert!(version > 0, "the barrier was committed at a metadata version");
+        assert!(!client.wait_applied(version, Duration::from_millis(10)).await, "this broker applied nothing");
+
+        stop.cancel();
+        while tasks.join_next().await.is_some() {}
     }
 }

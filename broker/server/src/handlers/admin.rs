@@ -15,6 +15,7 @@ use oxbow_protocol::messages::*;
 use super::Ctx;
 use super::access::CLUSTER_OPERATIONS;
 use super::util::{OPERATIONS_NOT_REQUESTED, entry, s, topic_name};
+use crate::controller_client::CONTROLLER_TIMEOUT;
 use crate::errors::BrokerError;
 use crate::security::authorizer::CLUSTER_NAME;
 use crate::topic_config;
@@ -164,6 +165,10 @@ pub async fn delete_topics(ctx: &Ctx<'_>, req: DeleteTopicsRequest) -> DeleteTop
 pub async fn create_partitions(ctx: &Ctx<'_>, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
     let b = ctx.broker;
     let mut resp = CreatePartitionsResponse::default();
+    // How long this broker waits to apply the committed change before it answers (0: no
+    // deadline, as Kafka reads it, so the longest wait); it answers success either way.
+    let wait =
+        u64::try_from(req.timeout_ms).ok().filter(|ms| *ms > 0).map_or(CONTROLLER_TIMEOUT, Duration::from_millis);
     for t in req.topics {
         let mut r = CreatePartitionsTopicResult::default();
         r.name = t.name.clone();
@@ -174,7 +179,7 @@ pub async fn create_partitions(ctx: &Ctx<'_>, req: CreatePartitionsRequest) -> C
         let assignments =
             t.assignments.as_ref().map(|a| a.iter().map(|x| x.broker_ids.iter().map(|id| id.0).collect()).collect());
         let result = match ctx.check_topic(Operation::Alter, &name) {
-            Ok(()) => b.create_partitions(&name, t.count, assignments, req.validate_only).await,
+            Ok(()) => b.create_partitions(&name, t.count, assignments, req.validate_only, wait).await,
             Err(e) => Err(e),
         };
         if let Err(e) = result {
